@@ -1,0 +1,203 @@
+"""ModelConfig: one validated dataclass that describes every model tinylm can build.
+
+Both architectures read the same fields, so a preset, a checkpoint's `config.json` and a
+`--set n_kv_head=2` override all speak one language. Fields that only one architecture uses are
+ignored by the other. An impossible combination raises `ValueError` naming the field and the rule,
+before any tensor is allocated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+Arch = Literal["classic", "modern"]
+
+
+def swiglu_hidden(n_embed: int, multiple_of: int = 64) -> int:
+    """8/3 * n_embed rounded up to a multiple: three SwiGLU matrices cost what two 4x ReLU ones do."""
+    return multiple_of * math.ceil(8 * n_embed / 3 / multiple_of)
+
+
+@dataclass
+class ModelConfig:
+    arch: Arch = "modern"
+    vocab_size: int = 4096
+    context_length: int = 256
+    n_embed: int = 128
+    n_head: int = 4
+    n_blocks: int = 4
+    dropout: float = 0.0
+    init_std: float = 0.02
+    tie_embeddings: bool = True
+    gradient_checkpointing: bool = False
+
+    # classic (GPT-2 style) only
+    attn_impl: Literal["manual", "sdpa"] = "manual"
+    qkv_bias: bool = False
+    layer_norm_eps: float = 1e-5
+
+    # modern only
+    n_kv_head: int | None = None  # None = n_head (MHA); 1 = MQA; in between = GQA
+    head_dim: int | None = None  # None = n_embed // n_head
+    mlp_hidden: int | None = None  # None = swiglu_hidden(n_embed, mlp_multiple_of)
+    mlp_multiple_of: int = 64
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    qk_norm: bool = False
+    sliding_window: int | None = None  # a query sees itself and the window-1 tokens before it
+    attn_output_gate: bool = False
+
+    # multi-head latent attention (DeepSeek-V2/V3); used when attention == "mla"
+    attention: Literal["standard", "mla"] = "standard"
+    kv_lora_rank: int = 32
+    q_lora_rank: int | None = None
+    qk_nope_head_dim: int | None = None  # None = head_dim
+    qk_rope_head_dim: int = 16
+    v_head_dim: int | None = None  # None = head_dim
+
+    # mixture of experts; dense when n_experts == 0
+    n_experts: int = 0
+    n_experts_per_token: int = 2
+    n_shared_experts: int = 0
+    moe_hidden: int | None = None  # None = mlp_hidden
+    moe_aux_loss_coef: float = 0.01
+    moe_norm_topk_prob: bool = True
+    moe_shared_expert_gate: bool = False
+
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ---- derived sizes -------------------------------------------------------------------------
+    @property
+    def kv_heads(self) -> int:
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.n_embed // self.n_head
+
+    @property
+    def mlp_width(self) -> int:
+        if self.arch == "classic":
+            return 4 * self.n_embed
+        return self.mlp_hidden if self.mlp_hidden is not None else swiglu_hidden(self.n_embed, self.mlp_multiple_of)
+
+    @property
+    def expert_width(self) -> int:
+        return self.moe_hidden if self.moe_hidden is not None else self.mlp_width
+
+    @property
+    def nope_dim(self) -> int:
+        return self.qk_nope_head_dim if self.qk_nope_head_dim is not None else self.dim_per_head
+
+    @property
+    def value_dim(self) -> int:
+        return self.v_head_dim if self.v_head_dim is not None else self.dim_per_head
+
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    # ---- validation ----------------------------------------------------------------------------
+    def validate(self) -> None:
+        def need(ok: bool, name: str, rule: str) -> None:
+            if not ok:
+                raise ValueError(f"invalid config: {name}={getattr(self, name)!r}: {rule}")
+
+        need(self.arch in ("classic", "modern"), "arch", "must be 'classic' or 'modern'")
+        for name in ("vocab_size", "context_length", "n_embed", "n_head", "n_blocks"):
+            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an integer >= 1")
+        need(0.0 <= self.dropout < 1.0, "dropout", "must be in [0, 1)")
+        need(self.init_std > 0, "init_std", "must be > 0")
+        need(self.attn_impl in ("manual", "sdpa"), "attn_impl", "must be 'manual' or 'sdpa'")
+        need(self.attention in ("standard", "mla"), "attention", "must be 'standard' or 'mla'")
+        if self.head_dim is None:
+            need(self.n_embed % self.n_head == 0, "n_head", f"must divide n_embed={self.n_embed}")
+        else:
+            need(self.head_dim >= 2, "head_dim", "must be >= 2")
+        if self.arch == "classic":
+            need(self.n_embed % self.n_head == 0, "n_head", f"must divide n_embed={self.n_embed}")
+            for name in ("n_experts", "qk_norm", "sliding_window", "attn_output_gate"):
+                default = next(f.default for f in fields(self) if f.name == name)
+                need(getattr(self, name) == default, name, "is a modern-only feature (use arch=modern)")
+            need(self.attention == "standard", "attention", "MLA is a modern-only feature (use arch=modern)")
+            return
+        need(1 <= self.kv_heads <= self.n_head, "n_kv_head", f"must be in [1, n_head={self.n_head}]")
+        need(self.n_head % self.kv_heads == 0, "n_kv_head", f"must divide n_head={self.n_head}")
+        if self.attention == "standard":
+            need(self.dim_per_head % 2 == 0, "head_dim", "must be even for RoPE (n_embed // n_head is odd)")
+        need(self.rope_theta > 0, "rope_theta", "must be > 0")
+        need(self.norm_eps > 0, "norm_eps", "must be > 0")
+        need(self.mlp_multiple_of >= 1, "mlp_multiple_of", "must be >= 1")
+        need(self.mlp_hidden is None or self.mlp_hidden >= 1, "mlp_hidden", "must be >= 1")
+        need(self.sliding_window is None or self.sliding_window >= 1, "sliding_window", "must be >= 1 or None")
+        if self.attention == "mla":
+            need(self.kv_lora_rank >= 1, "kv_lora_rank", "must be >= 1")
+            need(self.q_lora_rank is None or self.q_lora_rank >= 1, "q_lora_rank", "must be >= 1 or None")
+            need(self.qk_rope_head_dim >= 2 and self.qk_rope_head_dim % 2 == 0, "qk_rope_head_dim",
+                 "must be even and >= 2")
+            need(self.nope_dim >= 1, "qk_nope_head_dim", "must be >= 1")
+            need(self.value_dim >= 1, "v_head_dim", "must be >= 1")
+            need(not self.attn_output_gate, "attn_output_gate", "is not supported together with MLA")
+        if self.n_experts:
+            need(self.n_experts >= 2, "n_experts", "must be 0 (dense) or >= 2")
+            need(1 <= self.n_experts_per_token <= self.n_experts, "n_experts_per_token",
+                 f"must be in [1, n_experts={self.n_experts}]")
+            need(self.n_shared_experts >= 0, "n_shared_experts", "must be >= 0")
+            need(self.moe_aux_loss_coef >= 0, "moe_aux_loss_coef", "must be >= 0")
+            need(not self.moe_shared_expert_gate or self.n_shared_experts > 0, "moe_shared_expert_gate",
+                 "needs n_shared_experts > 0")
+
+    # ---- (de)serialization ---------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"invalid config: unknown field(s) {', '.join(unknown)}")
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def diff(self, other: ModelConfig) -> dict[str, tuple[Any, Any]]:
+        """Fields whose values differ, for error messages such as a mismatched checkpoint."""
+        a, b = self.to_dict(), other.to_dict()
+        return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse one `--set name=value` into a typed pair, using the field's declared type."""
+    if "=" not in text:
+        raise ValueError(f"invalid override {text!r}: expected name=value")
+    name, raw = (s.strip() for s in text.split("=", 1))
+    by_name = {f.name: f for f in fields(ModelConfig)}
+    if name not in by_name or name == "extra":
+        raise ValueError(f"invalid override {text!r}: unknown model field {name!r}")
+    default = getattr(ModelConfig(), name)
+    annotation = str(by_name[name].type)
+    if raw.lower() in ("none", "null"):
+        if "None" not in annotation:
+            raise ValueError(f"invalid override {text!r}: {name} cannot be None")
+        return name, None
+    if isinstance(default, bool) or annotation.startswith("bool"):
+        if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"invalid override {text!r}: {name} expects true/false")
+        return name, raw.lower() in ("true", "1", "yes")
+    try:
+        if annotation.startswith("int"):
+            return name, int(raw)
+        if annotation.startswith("float"):
+            return name, float(raw)
+    except ValueError:
+        raise ValueError(f"invalid override {text!r}: {name} expects a number") from None
+    return name, raw
