@@ -1,0 +1,133 @@
+"""The classic decoder: GPT-2 as it was in 2019, the baseline every modern idea is measured against.
+
+    tokens + learned positions -> [LayerNorm -> attention, LayerNorm -> ReLU MLP 4x] x n_blocks
+                               -> LayerNorm -> lm_head (own matrix, with bias)
+
+Attention is written out by hand (scores, causal mask, softmax, weighted sum) because this is the
+model you read to understand attention; `attn_impl="sdpa"` swaps in the fused kernel with the same
+result, so speed comparisons against the modern model are fair.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tinylm.config import ModelConfig
+from tinylm.models.accounting import count_params, training_flops_per_token
+from tinylm.models.init import init_gpt2
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.n_head, self.head_dim = config.n_head, config.n_embed // config.n_head
+        self.impl = config.attn_impl
+        self.qkv = nn.Linear(config.n_embed, 3 * config.n_embed, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(config.n_embed, config.n_embed, bias=True)  # writes into the residual stream
+        self.attn_dropout = nn.Dropout(config.dropout)
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, key_valid: torch.Tensor | None = None) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)
+        q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))  # [B, H, T, hd]
+        allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # query i sees keys 0..i
+        if key_valid is not None:  # left padding: never attend to it (but a query always sees itself)
+            allowed = (allowed & key_valid[:, None, None, :]) | torch.eye(T, dtype=torch.bool, device=x.device)
+        if self.impl == "manual":
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, H, T, T]
+            scores = scores.masked_fill(~allowed, float("-inf"))
+            y = self.attn_dropout(F.softmax(scores, dim=-1)) @ v
+        else:
+            dropout = self.attn_dropout.p if self.training else 0.0
+            if key_valid is None:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout)
+        y = y.transpose(1, 2).reshape(B, T, C)
+        return self.resid_dropout(self.o_proj(y))
+
+
+class ReluMLP(nn.Module):
+    """proj(relu(hidden(x))), 4x wide, with biases."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(config.n_embed, 4 * config.n_embed)
+        self.proj = nn.Linear(4 * config.n_embed, config.n_embed)  # writes into the residual stream
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.proj(F.relu(self.hidden(x))))
+
+
+class ClassicBlock(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.n_embed, eps=config.layer_norm_eps)
+        self.attn = CausalSelfAttention(config)
+        self.ln2 = nn.LayerNorm(config.n_embed, eps=config.layer_norm_eps)
+        self.mlp = ReluMLP(config)
+
+    def forward(self, x: torch.Tensor, key_valid: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), key_valid)
+        return x + self.mlp(self.ln2(x))
+
+
+class ClassicGPT(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.arch != "classic":
+            raise ValueError(f"invalid config: arch={config.arch!r}: ClassicGPT needs arch='classic'")
+        self.config = config
+        self.token_embed = nn.Embedding(config.vocab_size, config.n_embed)
+        self.pos_embed = nn.Embedding(config.context_length, config.n_embed)
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(ClassicBlock(config) for _ in range(config.n_blocks))
+        self.ln_f = nn.LayerNorm(config.n_embed, eps=config.layer_norm_eps)
+        self.lm_head = nn.Linear(config.n_embed, config.vocab_size, bias=True)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.token_embed.weight
+        init_gpt2(self, config.n_blocks, config.init_std)
+
+    def forward_hidden(
+        self,
+        idx: torch.Tensor,
+        cache: None = None,
+        positions: torch.Tensor | None = None,
+        valid: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Final-LayerNorm hidden states [B, T, n_embed]; the classic model has no KV cache."""
+        if cache is not None:
+            raise ValueError("the classic model has no KV cache; call forward_hidden without one")
+        T = idx.shape[1]
+        if T > self.config.context_length:
+            raise ValueError(f"sequence of {T} tokens exceeds context_length {self.config.context_length}")
+        if positions is None:
+            positions = torch.arange(T, device=idx.device)
+        x = self.dropout(self.token_embed(idx) + self.pos_embed(positions))
+        for block in self.blocks:
+            if self.config.gradient_checkpointing and self.training:
+                x = torch.utils.checkpoint.checkpoint(block, x, valid, use_reentrant=False)
+            else:
+                x = block(x, valid)
+        return self.ln_f(x)
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        logits = self.lm_head(self.forward_hidden(idx))
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
+        return logits, loss
+
+    def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
+        return count_params(self, non_embedding, active)
+
+    def flops_per_token(self, seq_len: int | None = None) -> int:
+        return training_flops_per_token(self, seq_len or self.config.context_length)

@@ -1,0 +1,117 @@
+"""The modern decoder (Llama 3 / Qwen 3 / DeepSeek-V3 family), assembled from one file per idea.
+
+    tokens -> embedding -> [ModernBlock] x n_blocks -> RMSNorm -> lm_head (tied to the embedding)
+
+Positions enter only through RoPE inside attention, so there is no position table. `forward` is the
+training interface; `forward_hidden` with a `KVCache` (from `new_cache`) is the generation one.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from tinylm.config import ModelConfig
+from tinylm.models.accounting import count_params, training_flops_per_token
+from tinylm.models.init import init_gpt2
+from tinylm.models.modern.block import ModernBlock
+from tinylm.models.modern.kv_cache import KVCache
+from tinylm.models.modern.mask import attention_mask
+from tinylm.models.modern.norm import RMSNorm
+from tinylm.models.modern.rope import RotaryEmbedding
+
+
+class ModernGPT(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.arch != "modern":
+            raise ValueError(f"invalid config: arch={config.arch!r}: ModernGPT needs arch='modern'")
+        self.config = config
+        self.token_embed = nn.Embedding(config.vocab_size, config.n_embed)
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(ModernBlock(config, i) for i in range(config.n_blocks))
+        self.norm = RMSNorm(config.n_embed, config.norm_eps)
+        self.lm_head = nn.Linear(config.n_embed, config.vocab_size, bias=False)
+        if config.tie_embeddings:
+            self.lm_head.weight = self.token_embed.weight  # the same Parameter object
+        rope_dim = config.qk_rope_head_dim if config.attention == "mla" else config.dim_per_head
+        self.rope = RotaryEmbedding(rope_dim, config.context_length, config.rope_theta)
+        init_gpt2(self, config.n_blocks, config.init_std)
+
+    # ---- generation interface ------------------------------------------------------------------
+    def new_cache(
+        self, batch_size: int, max_len: int | None = None, dtype: torch.dtype | None = None,
+        device: torch.device | str | None = None,
+    ) -> KVCache:
+        c = self.config
+        if c.attention == "mla":
+            shapes = {"latent": (c.kv_lora_rank,), "k_rope": (c.qk_rope_head_dim,)}
+        else:
+            shapes = {"k": (c.kv_heads, c.dim_per_head), "v": (c.kv_heads, c.dim_per_head)}
+        weight = self.token_embed.weight
+        return KVCache(c.n_blocks, batch_size, max_len or c.context_length, shapes,
+                       dtype or weight.dtype, device or weight.device)
+
+    def forward_hidden(
+        self,
+        idx: torch.Tensor,
+        cache: KVCache | None = None,
+        positions: torch.Tensor | None = None,
+        valid: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Final-norm hidden states [B, T, n_embed] for tokens idx [B, T].
+
+        With a cache, the tokens continue what it holds. `positions` [B, T] (default: consecutive
+        from the cache length) and `valid` [B, T] (False for left padding) serve batches of prompts
+        of different lengths.
+        """
+        return self._hidden_and_aux(idx, cache, positions, valid)[0]
+
+    def _hidden_and_aux(
+        self,
+        idx: torch.Tensor,
+        cache: KVCache | None = None,
+        positions: torch.Tensor | None = None,
+        valid: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        T = idx.shape[1]
+        start = cache.length if cache is not None else 0
+        if positions is None:
+            positions = torch.arange(start, start + T, device=idx.device)
+        key_valid = cache.mark_valid(valid, T) if cache is not None else valid
+        mask, is_causal = attention_mask(T, start, self.config.sliding_window, key_valid, idx.device)
+        x = self.dropout(self.token_embed(idx))
+        cos, sin = self.rope(positions, x.dtype, upto=start + T)
+        aux_total: torch.Tensor | None = None
+        for block in self.blocks:
+            if self.config.gradient_checkpointing and self.training and cache is None:
+                x, aux = checkpoint(block, x, cos, sin, mask, is_causal, use_reentrant=False)
+            else:
+                x, aux = block(x, cos, sin, mask, is_causal, cache)
+            if aux is not None:
+                aux_total = aux if aux_total is None else aux_total + aux
+        if cache is not None:
+            cache.advance(T)
+        return self.norm(x), aux_total
+
+    # ---- training interface --------------------------------------------------------------------
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logits [B, T, vocab], mean cross-entropy + MoE balance loss in training mode, or None)."""
+        hidden, aux = self._hidden_and_aux(idx)
+        logits = self.lm_head(hidden)
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
+        if aux is not None and self.training:
+            loss = loss + aux
+        return logits, loss
+
+    def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
+        return count_params(self, non_embedding, active)
+
+    def flops_per_token(self, seq_len: int | None = None) -> int:
+        return training_flops_per_token(self, seq_len or self.config.context_length)
