@@ -6,8 +6,9 @@
 - active: what one token actually uses, i.e. for a mixture of experts only k routed experts (plus
   the shared ones) out of n_experts.
 
-Training FLOPs per token are 6 * (active matmul parameters: non-embedding plus a tied head) for the forward and backward passes of
-every matrix multiply, plus the attention scores and weighted sum, which grow with context:
+Training FLOPs per token are 6 * (active matmul parameters: non-embedding plus a tied head), for
+the forward and backward passes of every matrix multiply, plus the attention scores and weighted
+sum, which grow with context:
 6 * n_blocks * seq_len * n_head * (qk_dim + v_dim) (PaLM's estimate, not halved for causality).
 """
 

@@ -105,7 +105,7 @@ class ClassicGPT(nn.Module):
         if cache is not None:
             raise ValueError("the classic model has no KV cache; call forward_hidden without one")
         T = idx.shape[1]
-        if T > self.config.context_length:
+        if self.config.context_length < T:
             raise ValueError(f"sequence of {T} tokens exceeds context_length {self.config.context_length}")
         if positions is None:
             positions = torch.arange(T, device=idx.device)

@@ -1,0 +1,81 @@
+"""Learning-rate schedules as pure functions of the step: warmup + cosine, WSD, linear, constant.
+
+A schedule returns a multiplier in [0, 1] for the base learning rate of every parameter group. It
+depends only on the step number and its own settings, never on hidden state, which is what makes
+exact resume trivial: the step restored from a checkpoint gives back the same learning rate.
+
+- warmup: the first `warmup` steps ramp linearly from 1/warmup to 1 (a fresh Adam's second-moment
+  estimate is noisy; small early steps keep it from throwing the weights far off).
+- cosine: after warmup, `min_ratio + (1 - min_ratio) * (1 + cos(pi * t)) / 2`, t from 0 to 1.
+- wsd (warmup-stable-decay): hold 1 until the last `decay_fraction` of the steps, then decay linearly
+  to `min_ratio`. The stable phase can be stopped anywhere and decayed later, so one long run gives
+  checkpoints for many budgets.
+- linear: after warmup, straight line from 1 to `min_ratio`.
+- constant: 1 after warmup.
+
+The last update of the schedule (step `total - 1`) lands exactly on `min_ratio` for the decaying kinds.
+Past `total` steps (a run continued beyond its schedule) the multiplier stays at its final value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tinylm.errors import TinyLMError
+
+SCHEDULES: tuple[str, ...] = ("cosine", "wsd", "linear", "constant")
+
+
+@dataclass(frozen=True)
+class LRSchedule:
+    kind: str = "cosine"
+    total: int = 1000
+    warmup: int = 0
+    min_ratio: float = 0.1
+    decay_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCHEDULES:
+            raise TinyLMError(f"unknown schedule {self.kind!r}: choose one of {', '.join(SCHEDULES)}")
+        if self.total < 1:
+            raise TinyLMError(f"schedule length must be >= 1 step (got {self.total})")
+        if not 0 <= self.warmup <= self.total:
+            raise TinyLMError(f"warmup steps must be in [0, {self.total}] (got {self.warmup})")
+        if not 0.0 <= self.min_ratio <= 1.0:
+            raise TinyLMError(f"min lr ratio must be in [0, 1] (got {self.min_ratio})")
+        if not 0.0 < self.decay_fraction <= 1.0:
+            raise TinyLMError(f"decay fraction must be in (0, 1] (got {self.decay_fraction})")
+
+    def factor(self, step: int) -> float:
+        """Multiplier for the update number `step` (0-based: the first optimizer step is step 0)."""
+        if step < self.warmup:
+            return (step + 1) / self.warmup
+        if self.kind == "constant":
+            return 1.0
+        if self.kind == "wsd":
+            decay_steps = max(1, round(self.decay_fraction * (self.total - self.warmup)))
+            start = self.total - decay_steps
+            if step < start:
+                return 1.0
+            t = min(1.0, (step - start + 1) / decay_steps)
+            return 1.0 - (1.0 - self.min_ratio) * t
+        span = self.total - self.warmup - 1  # the last update (step total-1) lands exactly on min_ratio
+        t = 1.0 if span <= 0 else min(1.0, (step - self.warmup) / span)
+        if self.kind == "linear":
+            return 1.0 - (1.0 - self.min_ratio) * t
+        return self.min_ratio + (1.0 - self.min_ratio) * 0.5 * (1.0 + math.cos(math.pi * t))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LRSchedule:
+        return cls(**data)
+
+
+def apply_lr(optimizer: Any, factor: float) -> None:
+    """Set every group's lr to its base lr (`initial_lr`, fixed when the optimizer was built) times factor."""
+    for group in optimizer.param_groups:
+        group["lr"] = group["initial_lr"] * factor
