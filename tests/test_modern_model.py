@@ -182,7 +182,8 @@ def test_gqa_equals_mha_with_repeated_kv_heads() -> None:
     head_dim, repeats = 8, 2
     for key, value in list(state.items()):
         if key.endswith(("k_proj.weight", "v_proj.weight")):  # [kv_heads*hd, C] -> [heads*hd, C]
-            state[key] = value.view(-1, head_dim, value.shape[1]).repeat_interleave(repeats, 0).reshape(-1, value.shape[1])
+            per_head = value.view(-1, head_dim, value.shape[1])
+            state[key] = per_head.repeat_interleave(repeats, 0).reshape(-1, value.shape[1])
     mha.load_state_dict(state)
     idx = torch.randint(0, 97, (2, 16))
     with torch.no_grad():
