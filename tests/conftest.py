@@ -13,6 +13,5 @@ for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"
 
 @pytest.fixture(autouse=True)
 def _isolated_tinylm_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test gets a private TINYLM_HOME (prepared data, caches) unless it sets its own."""
-    if "TINYLM_HOME" not in os.environ or os.environ["TINYLM_HOME"].startswith(str(tmp_path_factory.getbasetemp())):
-        monkeypatch.setenv("TINYLM_HOME", str(tmp_path_factory.mktemp("tinylm_home")))
+    """Every test gets a private TINYLM_HOME (prepared data, caches); a test may set its own on top."""
+    monkeypatch.setenv("TINYLM_HOME", str(tmp_path_factory.mktemp("tinylm_home")))
