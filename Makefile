@@ -26,7 +26,7 @@ test-slow: setup
 	$(PY) -m pytest -m slow
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks scripts docs/hooks
 
 docs: setup
 	$(VENV)/bin/mkdocs build --strict

@@ -1,165 +1,410 @@
-"""The mapping between tinylm models and Hugging Face `transformers` models: configs and weight names.
+"""The mapping between tinylm models and Hugging Face `transformers` models: architectures, configs, weights.
 
 Only exact correspondences live here: a tinylm model mapped to `transformers` computes the same
-logits (tests/test_hf_parity.py checks 1e-5 in float32). Modern MHA/GQA/MQA models are
-`LlamaForCausalLM`; with QK-norm they are `Qwen3ForCausalLM`, whose attention normalizes each query
-and key head before RoPE exactly as ours does. Both pair RoPE dimension i with i + head_dim/2
-("rotate half"), as `models/modern/rope.py` does.
+logits (tests/test_hf_parity.py checks 1e-5 in float32). Which class computes what ours does:
 
-`transformers` is imported lazily: it is a dev/export dependency, not needed to train.
+    modern, dense                 LlamaForCausalLM        (+ sliding window: MistralForCausalLM)
+    modern, dense, QK-norm        Qwen3ForCausalLM        (sliding window in every layer allowed)
+    MoE + gated shared expert     Qwen2MoeForCausalLM     (sigmoid-gated shared expert, softmax top-k)
+    MoE, QK-norm, no shared       Qwen3MoeForCausalLM
+    MoE, no QK-norm, no shared    MixtralForCausalLM      (always renormalizes the top-k weights)
+    MLA, dense MLP                DeepseekV3ForCausalLM   (rotate-half RoPE: rope_interleave false)
+    classic                       GPT2LMHeadModel         (relu MLP, Conv1D weights [in, out])
+
+All of them pair RoPE dimension i with i + d/2 ("rotate half") and compute cos/sin in float32, as
+`models/modern/rope.py` does; their RMSNorm casts back to the input dtype before the weight
+multiplies, as ours does. Anything without an exact counterpart is refused naming the feature.
+
+Configs are plain dicts (the contents of `config.json`), so exporting needs no `transformers`;
+`transformers` is imported lazily, only to build live models.
 """
 
 from __future__ import annotations
 
+import json
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from tinylm.config import ModelConfig
+from tinylm.config import ModelConfig, swiglu_hidden
 from tinylm.errors import TinyLMError
+from tinylm.interop.names import rename
 
-# our parameter names -> Hugging Face names, per block (Llama and Qwen3 share them)
-_BLOCK_NAMES = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "attn.q_proj.weight": "self_attn.q_proj.weight",
-    "attn.k_proj.weight": "self_attn.k_proj.weight",
-    "attn.v_proj.weight": "self_attn.v_proj.weight",
-    "attn.o_proj.weight": "self_attn.o_proj.weight",
-    "attn.q_norm.weight": "self_attn.q_norm.weight",
-    "attn.k_norm.weight": "self_attn.k_norm.weight",
-    "mlp_norm.weight": "post_attention_layernorm.weight",
-    "mlp.gate.weight": "mlp.gate_proj.weight",
-    "mlp.up.weight": "mlp.up_proj.weight",
-    "mlp.down.weight": "mlp.down_proj.weight",
+MODEL_TYPES = {
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen3ForCausalLM": "qwen3",
+    "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3MoeForCausalLM": "qwen3_moe", "MixtralForCausalLM": "mixtral",
+    "DeepseekV3ForCausalLM": "deepseek_v3", "GPT2LMHeadModel": "gpt2",
 }
-_TOP_NAMES = {"token_embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight",
-              "lm_head.weight": "lm_head.weight"}
+ARCHITECTURES = {model_type: arch for arch, model_type in MODEL_TYPES.items()}
+DEEPSEEK_LATENT_NORM_EPS = 1e-6  # DeepseekV3's q_a/kv_a layernorms ignore rms_norm_eps and use this
+
+
+def _refuse(feature: str, why: str) -> TinyLMError:
+    return TinyLMError(f"no exact transformers counterpart for {feature}: {why}")
 
 
 def hf_architecture(config: ModelConfig) -> str:
-    """The `transformers` class that computes exactly what this config computes, or a clear refusal."""
-    if config.arch != "modern":
-        raise TinyLMError("only modern models map to Llama/Qwen3 (the classic one maps to GPT-2 on export)")
-    unsupported = {
-        "attention=mla": config.attention == "mla",
-        "mixture of experts": config.is_moe,
-        "attn_output_gate": config.attn_output_gate,
-        "sliding_window": config.sliding_window is not None,
+    """The `transformers` class that computes exactly what this config computes, or a refusal naming the feature."""
+    if config.arch == "classic":
+        return "GPT2LMHeadModel"
+    if config.attn_output_gate:
+        raise _refuse("attn_output_gate", "no transformers decoder gates attention heads with sigmoid(W_g x)")
+    if config.attention == "mla":
+        if config.is_moe:
+            raise _refuse("mixture of experts with MLA", "DeepseekV3 routes with sigmoid scores and group-limited "
+                          "top-k, tinylm with a softmax")
+        if config.sliding_window is not None:
+            raise _refuse("sliding_window with MLA", "DeepseekV3 attends to the full context")
+        if config.norm_eps != DEEPSEEK_LATENT_NORM_EPS:
+            raise _refuse(f"MLA with norm_eps={config.norm_eps}", "DeepseekV3's latent norms always use eps 1e-6 "
+                          "(train with norm_eps=1e-6 to export)")
+        return "DeepseekV3ForCausalLM"
+    if config.is_moe:
+        if config.n_shared_experts:
+            if not config.moe_shared_expert_gate:
+                raise _refuse("an ungated shared expert", "Qwen2-MoE always scales its shared expert by a sigmoid "
+                              "gate (set moe_shared_expert_gate=true)")
+            if config.qk_norm:
+                raise _refuse("qk_norm with a shared expert", "Qwen2-MoE has no QK-norm")
+            if config.sliding_window is not None:
+                raise _refuse("sliding_window with a shared expert", "Qwen2-MoE windows alternate layers only")
+            return "Qwen2MoeForCausalLM"
+        if config.qk_norm:
+            return "Qwen3MoeForCausalLM"
+        if not config.moe_norm_topk_prob:
+            raise _refuse("moe_norm_topk_prob=false without qk_norm", "Mixtral always renormalizes the top-k weights")
+        return "MixtralForCausalLM"
+    if config.qk_norm:
+        return "Qwen3ForCausalLM"
+    return "MistralForCausalLM" if config.sliding_window is not None else "LlamaForCausalLM"
+
+
+# ---- configs -----------------------------------------------------------------------------------
+def _rope(config: ModelConfig) -> dict[str, Any]:
+    theta = float(config.rope_theta)
+    # both spellings: rope_parameters for transformers >= 5, rope_theta for older readers and other tools
+    return {"rope_theta": theta, "rope_parameters": {"rope_type": "default", "rope_theta": theta}}
+
+
+def _sliding(config: ModelConfig) -> dict[str, Any]:
+    window = config.sliding_window
+    kind = "sliding_attention" if window is not None else "full_attention"
+    return {"use_sliding_window": window is not None, "sliding_window": window, "max_window_layers": 0,
+            "layer_types": [kind] * config.n_blocks}
+
+
+def hf_config_dict(config: ModelConfig, **token_ids: Any) -> dict[str, Any]:
+    """The `config.json` of the `transformers` model equal to ours (token ids: bos/eos/pad_token_id)."""
+    architecture = hf_architecture(config)
+    head = {"architectures": [architecture], "model_type": MODEL_TYPES[architecture]}
+    if architecture == "GPT2LMHeadModel":
+        return {
+            **head, "vocab_size": config.vocab_size, "n_positions": config.context_length, "n_embd": config.n_embed,
+            "n_layer": config.n_blocks, "n_head": config.n_head, "n_inner": config.mlp_width,
+            "activation_function": "relu", "layer_norm_epsilon": config.layer_norm_eps,
+            "resid_pdrop": config.dropout, "embd_pdrop": config.dropout, "attn_pdrop": config.dropout,
+            "initializer_range": config.init_std, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
+            "reorder_and_upcast_attn": False, "tie_word_embeddings": config.tie_embeddings,
+            "bos_token_id": None, "eos_token_id": None, **token_ids,
+        }
+    common = {
+        **head, "vocab_size": config.vocab_size, "hidden_size": config.n_embed,
+        "intermediate_size": config.mlp_width, "num_hidden_layers": config.n_blocks,
+        "num_attention_heads": config.n_head, "num_key_value_heads": config.kv_heads, "head_dim": config.dim_per_head,
+        "hidden_act": "silu", "max_position_embeddings": config.context_length, "initializer_range": config.init_std,
+        "rms_norm_eps": config.norm_eps, "tie_word_embeddings": config.tie_embeddings, **_rope(config),
+        "attention_bias": False, "attention_dropout": config.dropout, **token_ids,
     }
-    named = [feature for feature, present in unsupported.items() if present]
-    if named:
-        raise TinyLMError(f"no exact Llama/Qwen3 counterpart for: {', '.join(named)}")
-    return "Qwen3ForCausalLM" if config.qk_norm else "LlamaForCausalLM"
+    moe = {"num_experts_per_tok": config.n_experts_per_token, "moe_intermediate_size": config.expert_width,
+           "router_aux_loss_coef": config.moe_aux_loss_coef, "output_router_logits": False}
+    if architecture == "LlamaForCausalLM":
+        return {**common, "mlp_bias": False}
+    if architecture == "MistralForCausalLM":
+        return {**common, "sliding_window": config.sliding_window}
+    if architecture == "Qwen3ForCausalLM":
+        return {**common, **_sliding(config)}
+    if architecture == "Qwen2MoeForCausalLM":
+        return {**common, **moe, "num_experts": config.n_experts, "norm_topk_prob": config.moe_norm_topk_prob,
+                "shared_expert_intermediate_size": config.expert_width * config.n_shared_experts,
+                "qkv_bias": False, "decoder_sparse_step": 1, "mlp_only_layers": [], **_sliding(config)}
+    if architecture == "Qwen3MoeForCausalLM":
+        return {**common, **moe, "num_experts": config.n_experts, "norm_topk_prob": config.moe_norm_topk_prob,
+                "decoder_sparse_step": 1, "mlp_only_layers": [], **_sliding(config)}
+    if architecture == "MixtralForCausalLM":
+        moe.pop("moe_intermediate_size")  # Mixtral's experts are intermediate_size wide
+        return {**common, **moe, "intermediate_size": config.expert_width, "num_local_experts": config.n_experts,
+                "router_jitter_noise": 0.0, "sliding_window": config.sliding_window}
+    # DeepseekV3: every layer dense (first_k_dense_replace = n_layers), so its MoE fields are inert placeholders
+    del common["head_dim"]  # DeepseekV3 derives head_dim = qk_rope_head_dim itself
+    return {**common, "num_key_value_heads": config.n_head, "kv_lora_rank": config.kv_lora_rank,
+            "q_lora_rank": config.q_lora_rank, "qk_rope_head_dim": config.qk_rope_head_dim,
+            "qk_nope_head_dim": config.nope_dim, "v_head_dim": config.value_dim, "rope_interleave": False,
+            "first_k_dense_replace": config.n_blocks, "moe_intermediate_size": config.mlp_width,
+            "n_routed_experts": 1, "num_experts_per_tok": 1, "n_group": 1, "topk_group": 1, "n_shared_experts": 0,
+            "num_mtp_layers": 0}
 
 
 def hf_config(config: ModelConfig, **token_ids: Any):
-    """A `transformers` config with the same shapes, norms and RoPE as `config`."""
+    """A live `transformers` config with the same shapes, norms and RoPE as `config`."""
     import transformers
 
+    data = hf_config_dict(config, **token_ids)
+    return transformers.AutoConfig.for_model(data.pop("model_type"), **data)
+
+
+# ---- weights -----------------------------------------------------------------------------------
+def to_hf_weights(weights: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
+    """Our state dict under `transformers` names; a tied head is written once, as the embedding."""
     architecture = hf_architecture(config)
-    common = dict(
-        vocab_size=config.vocab_size,
-        hidden_size=config.n_embed,
-        intermediate_size=config.mlp_width,
-        num_hidden_layers=config.n_blocks,
-        num_attention_heads=config.n_head,
-        num_key_value_heads=config.kv_heads,
-        head_dim=config.dim_per_head,
-        hidden_act="silu",
-        max_position_embeddings=config.context_length,
-        initializer_range=config.init_std,
-        rms_norm_eps=config.norm_eps,
-        tie_word_embeddings=config.tie_embeddings,
-        rope_parameters={"rope_type": "default", "rope_theta": float(config.rope_theta)},
-        attention_bias=False,
-        attention_dropout=0.0,
-        architectures=[architecture],
-        **token_ids,
-    )
-    if architecture == "Qwen3ForCausalLM":
-        return transformers.Qwen3Config(use_sliding_window=False, **common)
-    return transformers.LlamaConfig(mlp_bias=False, **common)
+    weights = dict(weights)
+    if config.tie_embeddings:
+        weights.pop("lm_head.weight", None)
+    if architecture == "GPT2LMHeadModel":
+        head_bias = weights.pop("lm_head.bias")
+        if head_bias.abs().max().item() != 0.0:
+            raise _refuse("a classic model whose lm_head bias is not zero", "GPT-2's head has no bias")
+        for i in range(config.n_blocks):  # GPT-2's c_attn always has a bias; ours may not
+            weights.setdefault(f"blocks.{i}.attn.qkv.bias", torch.zeros(3 * config.n_embed,
+                                                                        dtype=head_bias.dtype))
+    return rename(weights, architecture, to_hf=True)
 
 
 def hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Our weights under Hugging Face names (a tied head is written once, as the embedding)."""
-    hf_architecture(model.config)
-    out: dict[str, torch.Tensor] = {}
-    for name, tensor in model.state_dict().items():
-        if name.startswith("blocks."):
-            _, index, rest = name.split(".", 2)
-            out[f"model.layers.{index}.{_BLOCK_NAMES[rest]}"] = tensor
-        elif name == "lm_head.weight" and model.config.tie_embeddings:
-            continue
-        else:
-            out[_TOP_NAMES[name]] = tensor
-    return out
+    """A model's weights under `transformers` names (see `to_hf_weights`)."""
+    return to_hf_weights(model.state_dict(), model.config)
+
+
+def write_hf_folder(folder: str | Path, weights: dict[str, torch.Tensor], config: ModelConfig,
+                    **token_ids: Any) -> None:
+    """Write config.json and model.safetensors as `transformers` reads them (MoE experts one tensor each)."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    hf_weights = {k: v.detach().to("cpu").contiguous() for k, v in to_hf_weights(weights, config).items()}
+    save_file(hf_weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    data = {**hf_config_dict(config, **token_ids), "dtype": _dtype_name(next(iter(hf_weights.values())).dtype)}
+    (folder / "config.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def to_hf_model(model: nn.Module, **token_ids: Any) -> nn.Module:
-    """A `transformers` CausalLM holding copies of our weights, in eval mode, in float32."""
+    """A `transformers` CausalLM holding copies of our weights, in eval mode, in float32.
+
+    It goes through the files `tinylm export` writes and `from_pretrained`, so what is tested is
+    what users load (MoE experts are stored one tensor per expert and fused by `transformers`).
+    """
     import transformers
 
-    config = hf_config(model.config, **token_ids)
-    hf_model = getattr(transformers, config.architectures[0])(config)
-    result = hf_model.load_state_dict(hf_state_dict(model), strict=False)
-    missing = [n for n in result.missing_keys if not (n == "lm_head.weight" and model.config.tie_embeddings)]
-    if missing or result.unexpected_keys:
-        raise RuntimeError(f"weight mapping mismatch: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}")
-    return hf_model.float().eval()
-
-
-def config_from_hf(hf: Any) -> ModelConfig:
-    """The tinylm config of a Llama or Qwen3 `transformers` config, refusing what we cannot represent."""
-    architecture = (getattr(hf, "architectures", None) or [type(hf).__name__.replace("Config", "ForCausalLM")])[0]
-    if hf.model_type not in ("llama", "qwen3"):
-        raise TinyLMError(f"unsupported architecture {architecture!r} (model_type {hf.model_type!r})")
-    rope = getattr(hf, "rope_parameters", None) or {}
-    if rope.get("rope_type", "default") != "default":
-        raise TinyLMError(f"unsupported rope scaling {rope.get('rope_type')!r}: only the default RoPE maps exactly")
-    if getattr(hf, "attention_bias", False) or getattr(hf, "mlp_bias", False):
-        raise TinyLMError("unsupported: attention/MLP biases (tinylm's modern model has none)")
-    if hf.hidden_act != "silu":
-        raise TinyLMError(f"unsupported hidden_act {hf.hidden_act!r}: tinylm's SwiGLU uses silu")
-    if getattr(hf, "use_sliding_window", False):
-        raise TinyLMError("unsupported: sliding-window Qwen3 layers")
-    return ModelConfig(
-        arch="modern",
-        vocab_size=hf.vocab_size,
-        context_length=hf.max_position_embeddings,
-        n_embed=hf.hidden_size,
-        n_head=hf.num_attention_heads,
-        n_kv_head=hf.num_key_value_heads,
-        n_blocks=hf.num_hidden_layers,
-        head_dim=getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads,
-        mlp_hidden=hf.intermediate_size,
-        norm_eps=hf.rms_norm_eps,
-        rope_theta=float(rope.get("rope_theta", getattr(hf, "rope_theta", 10000.0))),
-        tie_embeddings=bool(hf.tie_word_embeddings),
-        qk_norm=hf.model_type == "qwen3",
-        init_std=getattr(hf, "initializer_range", 0.02),
-    )
+    with tempfile.TemporaryDirectory() as folder:
+        write_hf_folder(folder, model.state_dict(), model.config, **token_ids)
+        hf_model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            folder, dtype=torch.float32, output_loading_info=True)
+    problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    if problems:
+        raise RuntimeError(f"weight mapping mismatch: {problems}")
+    return hf_model.eval()
 
 
 def state_dict_from_hf(hf_state: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
-    """Hugging Face weights renamed to ours; the inverse of `hf_state_dict`."""
-    block_names = {hf_name: ours for ours, hf_name in _BLOCK_NAMES.items()}
-    top_names = {hf_name: ours for ours, hf_name in _TOP_NAMES.items()}
-    out: dict[str, torch.Tensor] = {}
-    for name, tensor in hf_state.items():
-        if name.startswith("model.layers."):
-            _, _, index, rest = name.split(".", 3)
-            if rest not in block_names:
-                raise TinyLMError(f"unexpected weight {name!r} for this architecture")
-            out[f"blocks.{index}.{block_names[rest]}"] = tensor
-        elif name in top_names:
-            out[top_names[name]] = tensor
-        elif name.endswith("rotary_emb.inv_freq"):
-            continue
-        else:
-            raise TinyLMError(f"unexpected weight {name!r} for this architecture")
+    """`transformers` weights renamed to ours; the inverse of `to_hf_weights` (tied head filled in)."""
+    architecture = hf_architecture(config)
+    hf_state = {k: v for k, v in hf_state.items() if not k.endswith(("rotary_emb.inv_freq", ".attn.bias",
+                                                                      ".attn.masked_bias"))}
     if config.tie_embeddings:
-        out.pop("lm_head.weight", None)
+        hf_state.pop("lm_head.weight", None)
+    out = rename(hf_state, architecture, to_hf=False)
+    if architecture == "GPT2LMHeadModel":
+        out["lm_head.bias"] = torch.zeros(config.vocab_size, dtype=out["token_embed.weight"].dtype)
+        if not config.qkv_bias:
+            for i in range(config.n_blocks):
+                out.pop(f"blocks.{i}.attn.qkv.bias", None)
+    if config.tie_embeddings:
         out["lm_head.weight"] = out["token_embed.weight"]
     return out
+
+
+# ---- configs from transformers -----------------------------------------------------------------
+# keys a config.json may carry that do not change what the model computes
+_INERT_KEYS = frozenset({
+    "architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "bos_token_id", "eos_token_id",
+    "pad_token_id", "use_cache", "initializer_range", "attention_dropout", "pretraining_tp", "_name_or_path",
+    "output_router_logits", "router_aux_loss_coef", "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_type",
+    "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
+    "add_cross_attention", "n_ctx", "task_specific_params", "output_attentions", "output_hidden_states",
+    "return_dict", "max_window_layers", "router_jitter_noise",
+    # generic PretrainedConfig attributes (a live config's to_dict() lists them)
+    "chunk_size_feed_forward", "id2label", "label2id", "is_encoder_decoder", "problem_type", "tokenizer_class",
+    "prefix", "sep_token_id", "decoder_start_token_id", "tie_encoder_decoder",
+})
+
+
+class _Reader:
+    """Reads fields off a `config.json` dict, remembering which were used, so leftovers can be refused."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data, self.used = data, set(_INERT_KEYS)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.used.add(key)
+        return self.data.get(key, default)
+
+    def need(self, key: str) -> Any:
+        self.used.add(key)
+        if key not in self.data:
+            raise TinyLMError(f"config.json lacks {key!r}")
+        return self.data[key]
+
+    def expect(self, key: str, wanted: Any, feature: str) -> None:
+        value = self.get(key, wanted)
+        if value != wanted:
+            raise TinyLMError(f"unsupported {feature}: {key}={value!r} (tinylm supports {wanted!r})")
+
+    def leftovers(self) -> list[str]:
+        return sorted(set(self.data) - self.used)
+
+
+def _rope_theta(r: _Reader) -> float:
+    scaling = r.get("rope_scaling")
+    params = r.get("rope_parameters") or {}
+    for source in (scaling, params):
+        kind = (source or {}).get("rope_type", (source or {}).get("type", "default"))
+        if kind != "default":
+            raise TinyLMError(f"unsupported rope_scaling {kind!r}: only the default RoPE maps exactly")
+        extra = sorted(set(source or {}) - {"rope_type", "type", "rope_theta"})
+        if extra:
+            raise TinyLMError(f"unsupported rope parameters {', '.join(extra)}: only the default RoPE maps exactly")
+    return float(params.get("rope_theta", r.get("rope_theta", 10000.0)))
+
+
+def _window(r: _Reader, per_layer_flag: bool) -> int | None:
+    """The sliding window if every layer uses it, None if none does; a mix is refused."""
+    window = r.get("sliding_window")
+    if per_layer_flag and not r.get("use_sliding_window", False):
+        window = None
+    kinds = set(r.get("layer_types") or [])
+    if window is not None and kinds - {"sliding_attention"} and per_layer_flag:
+        raise TinyLMError("unsupported: sliding-window attention in only some layers (tinylm windows all or none)")
+    if window is None and kinds - {"full_attention"}:
+        raise TinyLMError(f"unsupported layer_types {sorted(kinds)}")
+    return window or None
+
+
+def config_from_hf(hf: Any) -> ModelConfig:
+    """The tinylm config of a `transformers` config (object or `config.json` dict), refusing what it cannot hold."""
+    data = hf if isinstance(hf, dict) else hf.to_dict()
+    model_type = data.get("model_type")
+    if model_type not in ARCHITECTURES:
+        names = ", ".join(sorted(ARCHITECTURES))
+        raise TinyLMError(f"unsupported architecture {(data.get('architectures') or [model_type])[0]!r} "
+                          f"(model_type {model_type!r}); tinylm reads {names}")
+    r = _Reader(data)
+    if model_type == "gpt2":
+        config = _classic_from_hf(r)
+    else:
+        config = _modern_from_hf(r, model_type)
+    leftovers = r.leftovers()
+    if leftovers:
+        raise TinyLMError(f"unsupported {model_type} config field(s): {', '.join(leftovers)}")
+    return config
+
+
+def _classic_from_hf(r: _Reader) -> ModelConfig:
+    r.expect("activation_function", "relu", "activation_function (the classic MLP is ReLU)")
+    r.expect("scale_attn_weights", True, "attention scaling")
+    r.expect("scale_attn_by_inverse_layer_idx", False, "attention scaling")
+    r.expect("reorder_and_upcast_attn", False, "attention upcasting")
+    n_embed = r.need("n_embd")
+    inner = r.get("n_inner")
+    if inner not in (None, 4 * n_embed):
+        raise TinyLMError(f"unsupported n_inner={inner}: the classic MLP is 4 * n_embd wide")
+    return ModelConfig(
+        arch="classic", vocab_size=r.need("vocab_size"), context_length=r.need("n_positions"), n_embed=n_embed,
+        n_head=r.need("n_head"), n_blocks=r.need("n_layer"), layer_norm_eps=r.get("layer_norm_epsilon", 1e-5),
+        tie_embeddings=bool(r.get("tie_word_embeddings", True)), qkv_bias=True,
+        init_std=r.get("initializer_range", 0.02),
+    )
+
+
+def _modern_from_hf(r: _Reader, model_type: str) -> ModelConfig:
+    r.expect("hidden_act", "silu", "hidden_act (tinylm's SwiGLU uses silu)")
+    r.expect("attention_bias", False, "attention biases")
+    r.expect("mlp_bias", False, "MLP biases")
+    r.expect("qkv_bias", False, "attention biases")
+    n_head = r.need("num_attention_heads")
+    fields: dict[str, Any] = dict(
+        arch="modern", vocab_size=r.need("vocab_size"), context_length=r.need("max_position_embeddings"),
+        n_embed=r.need("hidden_size"), n_head=n_head, n_kv_head=r.get("num_key_value_heads") or n_head,
+        n_blocks=r.need("num_hidden_layers"), mlp_hidden=r.need("intermediate_size"),
+        norm_eps=r.get("rms_norm_eps", 1e-6), rope_theta=_rope_theta(r),
+        tie_embeddings=bool(r.get("tie_word_embeddings", False)),
+        init_std=r.get("initializer_range", 0.02), qk_norm=model_type in ("qwen3", "qwen3_moe"),
+    )
+    head_dim = r.get("head_dim")
+    if head_dim is not None and model_type != "deepseek_v3":
+        fields["head_dim"] = head_dim
+    if model_type in ("mistral", "mixtral"):
+        fields["sliding_window"] = _window(r, per_layer_flag=False)
+    elif model_type in ("qwen3", "qwen3_moe", "qwen2_moe"):
+        fields["sliding_window"] = _window(r, per_layer_flag=True)
+    else:
+        if any(kind != "full_attention" for kind in r.get("layer_types") or []):
+            raise TinyLMError("unsupported layer_types: tinylm's Llama/DeepSeek layers attend to the full context")
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        r.expect("decoder_sparse_step", 1, "decoder_sparse_step (tinylm's MoE is in every layer)")
+        r.expect("mlp_only_layers", [], "mlp_only_layers (tinylm's MoE is in every layer)")
+        n_experts = r.get("num_experts") or r.need("num_local_experts")  # qwen3_moe aliases the two
+        fields.update(n_experts=n_experts, n_experts_per_token=r.need("num_experts_per_tok"),
+                      moe_hidden=r.need("moe_intermediate_size"), moe_norm_topk_prob=bool(r.get("norm_topk_prob")))
+        if model_type == "qwen2_moe":
+            shared = r.need("shared_expert_intermediate_size")
+            if shared % fields["moe_hidden"]:
+                raise TinyLMError(f"unsupported shared_expert_intermediate_size={shared}: "
+                                  f"tinylm needs a multiple of moe_intermediate_size={fields['moe_hidden']}")
+            fields.update(n_shared_experts=shared // fields["moe_hidden"], moe_shared_expert_gate=True)
+    if model_type == "mixtral":
+        fields.update(n_experts=r.need("num_local_experts"), n_experts_per_token=r.need("num_experts_per_tok"),
+                      moe_hidden=fields.pop("mlp_hidden"))
+    if model_type == "deepseek_v3":
+        layers = fields["n_blocks"]
+        r.expect("first_k_dense_replace", layers, "first_k_dense_replace (tinylm reads dense DeepseekV3 models only)")
+        r.expect("rope_interleave", False, "rope_interleave (tinylm's RoPE rotates halves)")
+        r.expect("num_mtp_layers", 0, "multi-token-prediction layers")
+        r.expect("num_nextn_predict_layers", 0, "multi-token-prediction layers")
+        r.expect("num_key_value_heads", n_head, "num_key_value_heads")
+        for inert in ("n_routed_experts", "num_experts_per_tok", "n_group", "topk_group", "n_shared_experts",
+                      "moe_intermediate_size", "routed_scaling_factor", "norm_topk_prob", "qk_head_dim"):
+            r.get(inert)  # MoE fields of a model with no MoE layer
+        if fields["norm_eps"] != DEEPSEEK_LATENT_NORM_EPS:
+            raise TinyLMError(f"unsupported rms_norm_eps={fields['norm_eps']}: DeepseekV3's latent norms use 1e-6 "
+                              "and tinylm's use rms_norm_eps")
+        fields.pop("n_kv_head")
+        fields.update(attention="mla", kv_lora_rank=r.need("kv_lora_rank"), q_lora_rank=r.get("q_lora_rank"),
+                      qk_rope_head_dim=r.need("qk_rope_head_dim"), qk_nope_head_dim=r.need("qk_nope_head_dim"),
+                      v_head_dim=r.need("v_head_dim"))
+    return _canonical(fields, model_type)
+
+
+def _canonical(fields: dict[str, Any], model_type: str) -> ModelConfig:
+    """A ModelConfig that leaves derivable sizes at None, so an imported config reads like one written by hand."""
+    n_embed, n_head = fields["n_embed"], fields["n_head"]
+    defaults = {"head_dim": n_embed // n_head if n_embed % n_head == 0 else None,
+                "mlp_hidden": swiglu_hidden(n_embed)}
+    for name, default in defaults.items():
+        if fields.get(name) == default:
+            fields[name] = None
+    width = fields.get("mlp_hidden") or swiglu_hidden(n_embed)
+    if fields.get("moe_hidden") == width:
+        fields["moe_hidden"] = None
+    for name in ("qk_nope_head_dim", "v_head_dim"):
+        if name in fields and fields[name] == (fields.get("head_dim") or n_embed // n_head):
+            fields[name] = None
+    try:
+        return ModelConfig(**fields)
+    except ValueError as exc:
+        raise TinyLMError(f"cannot represent this {model_type} model: {exc}") from None

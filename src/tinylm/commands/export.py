@@ -1,0 +1,32 @@
+"""Write a checkpoint as a Hugging Face `transformers` folder (config, safetensors, tokenizer).
+
+The architecture is chosen by what the model computes, and only where the match is exact:
+Llama (MHA/GQA/MQA), Mistral (+ sliding window), Qwen3 (QK-norm), Qwen2-MoE / Qwen3-MoE / Mixtral
+(mixture of experts), DeepSeek-V3 (MLA), GPT-2 (classic). Anything else is refused, naming the feature.
+
+  tinylm export --checkpoint runs/tiny-modern --out hf/tiny
+  python -c "from transformers import AutoModelForCausalLM; AutoModelForCausalLM.from_pretrained('hf/tiny')"
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "write a checkpoint in Hugging Face transformers format"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, help="checkpoint folder, or a run folder (newest checkpoint)")
+    parser.add_argument("--out", required=True, help="folder to create (must not exist, or be empty)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                        help="store the weights in this dtype (default: as trained)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tinylm.interop.hf_export import export_checkpoint
+
+    out, architecture = export_checkpoint(args.checkpoint, args.out, args.dtype)
+    print(f"exported {args.checkpoint} as {architecture} to {out}", file=sys.stderr)
+    print(out)
+    return 0

@@ -1,0 +1,76 @@
+"""The tokenizer files `transformers.AutoTokenizer` reads: tokenizer.json as is, plus tokenizer_config.json.
+
+tinylm's tokenizer.json is a Hugging Face `tokenizers` file, so `PreTrainedTokenizerFast` runs the very
+same tokenizer and produces the same ids. What `transformers` adds on top is named in
+tokenizer_config.json: our end-of-text token serves as BOS, EOS and PAD (a model trained on
+documents separated by EOT knows no other), and nothing is added around the text on encode, so
+`AutoTokenizer(text).input_ids` equals our `encode(text)`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tinylm.errors import TinyLMError
+
+EOT_CANDIDATES = ("<|endoftext|>", "<|eot|>", "</s>", "<eos>")
+
+
+def _load(path: Path):
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as exc:  # noqa: BLE001 - any failure means it is not a tokenizers file
+        raise TinyLMError(f"{path} is not a Hugging Face tokenizers file, so transformers cannot load it "
+                          f"({type(exc).__name__})") from None
+
+
+def eot_token(path: Path, eot_id: int | None = None) -> tuple[int, str]:
+    """(id, text) of the end-of-text token: `eot_id` when the caller knows it, else the special token so named."""
+    tokenizer = _load(path)
+    if eot_id is None:
+        try:  # the project's own loader knows which token ends a document
+            from tinylm.tokenizer import load_tokenizer
+
+            eot_id = load_tokenizer(path).eot_id
+        except (ImportError, AttributeError, TinyLMError, ValueError, KeyError):
+            eot_id = next((tokenizer.token_to_id(t) for t in EOT_CANDIDATES if tokenizer.token_to_id(t) is not None),
+                          None)
+    if eot_id is None:
+        raise TinyLMError(f"{path} has no end-of-text token ({', '.join(EOT_CANDIDATES)})")
+    text = tokenizer.id_to_token(eot_id)
+    if text is None:
+        raise TinyLMError(f"{path}: end-of-text id {eot_id} is outside the vocabulary")
+    return eot_id, text
+
+
+def write_hf_tokenizer(source: Path, folder: Path, context_length: int, eot_id: int | None = None) -> int:
+    """Copy tokenizer.json and write tokenizer_config.json into `folder`; return the EOT id."""
+    eot_id, eot = eot_token(source, eot_id)
+    shutil.copyfile(source, folder / "tokenizer.json")
+    config: dict[str, Any] = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": eot, "eos_token": eot, "pad_token": eot, "unk_token": None,
+        "add_bos_token": False, "add_eos_token": False,
+        "model_max_length": context_length,
+        "clean_up_tokenization_spaces": False,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return eot_id
+
+
+def hf_eot_id(hf_dir: Path) -> int | None:
+    """The EOS id a `transformers` folder declares (config.json, then generation_config.json)."""
+    for name in ("config.json", "generation_config.json"):
+        file = hf_dir / name
+        if file.is_file():
+            value = json.loads(file.read_text(encoding="utf-8")).get("eos_token_id")
+            if isinstance(value, list):
+                value = value[0] if value else None
+            if isinstance(value, int):
+                return value
+    return None
