@@ -1,0 +1,145 @@
+"""Sample text from a checkpoint, streamed to stdout as it is generated.
+
+RUN is a run folder (its newest checkpoint) or one checkpoint folder. The prompt comes from
+--prompt or --prompt-file; with neither (or an empty one) generation starts a fresh document from the
+end-of-text token. A prompt longer than the model's window keeps its last tokens, with a notice.
+
+examples:
+  tinylm generate --checkpoint runs/tiny-modern --prompt "def main(" --max-new-tokens 100
+  tinylm generate --checkpoint runs/tiny-modern --temperature 0              greedy
+  tinylm generate --checkpoint runs/small --draft runs/tiny-modern             speculative decoding
+  tinylm generate --checkpoint runs/tiny-modern --int8 --num-samples 3 --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tinylm.errors import TinyLMError
+
+HELP = "sample text from a checkpoint (streams to stdout)"
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
+    """Options shared by `generate` and `chat`."""
+    parser.add_argument("--checkpoint", required=True, metavar="RUN",
+                        help="a run folder (newest checkpoint) or a checkpoint folder")
+    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens, metavar="N",
+                        help="tokens to generate at most (default %(default)s)")
+    parser.add_argument("--temperature", type=float, default=0.8, metavar="T",
+                        help="0 = greedy; higher = more random (default %(default)s)")
+    parser.add_argument("--top-k", type=int, default=None, metavar="K", help="sample among the K most likely tokens")
+    parser.add_argument("--top-p", type=float, default=None, metavar="P",
+                        help="nucleus: the most likely tokens holding probability P")
+    parser.add_argument("--min-p", type=float, default=None, metavar="P",
+                        help="drop tokens less likely than P times the most likely one")
+    parser.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
+                        help="> 1 discourages tokens already in the text (default %(default)s)")
+    parser.add_argument("--int8", action="store_true", help="int8 weights for the linear layers (less memory)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default %(default)s)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_sampling_arguments(parser, max_new_tokens=200)
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--prompt", default=None, metavar="TEXT", help="text to continue")
+    source.add_argument("--prompt-file", default=None, metavar="F", help="read the prompt from a UTF-8 file")
+    parser.add_argument("--draft", default=None, metavar="RUN",
+                        help="a small model with the same tokenizer for speculative decoding")
+    parser.add_argument("--num-samples", type=int, default=1, metavar="K", help="independent samples (default 1)")
+
+
+def sampling_params(args: argparse.Namespace) -> Any:
+    from tinylm.inference.sampling import SamplingParams
+
+    if args.max_new_tokens < 0:
+        raise TinyLMError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                          repetition_penalty=args.repetition_penalty)
+
+
+def prompt_ids(text: str, tokenizer: Any, window: int, room: int = 1) -> list[int]:
+    """Token ids of a prompt: EOT for an empty one; cut from the left (with a notice) to leave `room` in the window."""
+    from tinylm.inference.loading import eot_id
+
+    ids = list(tokenizer.encode(text)) if text else []
+    if not ids:
+        eot = eot_id(tokenizer)
+        if eot is None:
+            raise TinyLMError("the prompt is empty and the tokenizer has no end-of-text token to start from")
+        return [eot]
+    limit = max(1, window - room)
+    if len(ids) > limit:
+        print(f"tinylm: the prompt has {len(ids)} tokens, more than the model's window allows; "
+              f"keeping the last {limit}", file=sys.stderr)
+        ids = ids[-limit:]
+    return ids
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt_file is None:
+        return args.prompt or ""
+    path = Path(args.prompt_file)
+    if not path.is_file():
+        raise TinyLMError(f"prompt file not found: {path}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise TinyLMError(f"prompt file {path} is not UTF-8 text") from None
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch  # noqa: F401 - imported here so `tinylm --help` stays instant
+
+    from tinylm.inference.engine import Engine
+    from tinylm.inference.loading import eot_id, load_for_generation
+    from tinylm.inference.speculative import SpeculativeStats, speculative_stream
+    from tinylm.inference.streaming import TextStream
+
+    sampling = sampling_params(args)
+    if args.num_samples < 1:
+        raise TinyLMError(f"--num-samples must be >= 1, got {args.num_samples}")
+    text = _read_prompt(args)
+    model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8)
+    draft = None
+    if args.draft is not None:
+        draft, _, _ = load_for_generation(args.draft, int8=args.int8)
+    print(f"tinylm: {meta['path']} (step {meta.get('step')}, {model.config.arch}, "
+          f"{model.num_params() / 1e6:.1f}M parameters{', int8' if args.int8 else ''})", file=sys.stderr)
+
+    window = model.config.context_length
+    ids = prompt_ids(text, tokenizer, window)
+    stops = [] if eot_id(tokenizer) is None else [eot_id(tokenizer)]
+    engine = Engine(model)
+    started, total = time.perf_counter(), 0
+    stats = SpeculativeStats()
+    for sample in range(args.num_samples):
+        if args.num_samples > 1:
+            _write(f"{'' if sample == 0 else chr(10)}--- sample {sample + 1} ---\n")
+        _write(text)
+        stream = TextStream(tokenizer)
+        seed = args.seed + sample
+        if draft is not None:
+            tokens = speculative_stream(model, draft, ids, args.max_new_tokens, sampling=sampling, seed=seed,
+                                        stop_ids=stops, stats=stats)
+        else:
+            tokens = engine.stream(ids, args.max_new_tokens, sampling, seed=seed, stop_ids=stops)
+        for token in tokens:
+            _write(stream.push(token))
+            total += 1
+        _write(stream.flush() + "\n")
+    seconds = time.perf_counter() - started
+    note = f"tinylm: {total} tokens in {seconds:.2f}s ({total / max(seconds, 1e-9):.0f} tokens/s)"
+    if draft is not None:
+        note += f", draft acceptance {stats.acceptance_rate:.0%}"
+    print(note, file=sys.stderr)
+    return 0

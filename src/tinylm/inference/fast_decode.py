@@ -1,0 +1,179 @@
+"""The modern model's forward pass with the module machinery stripped away, for fast decoding.
+
+At batch 1 a small model spends most of a decode step in Python, not in arithmetic: every
+`nn.Module` call, view and tiny kernel launch costs microseconds, and one step of the `tiny` preset
+makes a few hundred of them. This file computes exactly what `ModernGPT.forward_hidden` + `lm_head`
+compute (tests/test_engine.py checks logits and greedy tokens against it), with fewer operations:
+
+- q, k, v (and the output gate) come from one matrix product, gate and up from another: the weights
+  are concatenated once, and the model's own parameters become views into the fused matrices, so no
+  weight is stored twice.
+- RoPE and QK-norm run once over the query and key heads together (they are adjacent in the fused
+  projection), with the model's cached cos/sin tables.
+- The cache is laid out [batch, kv_heads, slots, head_dim], what attention reads, so nothing is
+  transposed or copied per step; grouped heads are shared by SDPA's `enable_gqa` instead of
+  `repeat_interleave` copies of the whole cache.
+- Norms are single `F.rms_norm` calls; only the positions whose logits are wanted go through the
+  final norm and `lm_head`.
+
+Multi-head latent attention keeps its own cache layout and goes through the model's generic path
+(`runners.ModelCacheRunner`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tinylm.inference.int8 import Int8Linear
+from tinylm.models.modern.mask import attention_mask
+from tinylm.models.modern.rope import apply_rope
+
+Projection = Callable[[torch.Tensor], torch.Tensor]
+
+
+def supports_fast_decode(model: nn.Module) -> bool:
+    config = getattr(model, "config", None)
+    return config is not None and config.arch == "modern" and config.attention == "standard"
+
+
+def fuse_projections(linears: list[nn.Module]) -> Projection:
+    """One callable computing cat([l(x) for l in linears], -1) with a single matrix product.
+
+    Float weights are concatenated and each layer's weight becomes a view of its rows, so the model
+    and the fused matrix share memory. Int8 layers concatenate their int8 rows and scales.
+    """
+    if all(type(lin) is nn.Linear and lin.bias is None for lin in linears):
+        with torch.inference_mode(False), torch.no_grad():  # ordinary tensors: the model stays trainable
+            fused = torch.cat([lin.weight.detach() for lin in linears])
+            for lin, rows in zip(linears, fused.split([lin.out_features for lin in linears]), strict=True):
+                lin.weight.data = rows
+        return partial(F.linear, weight=fused)
+    if all(isinstance(lin, Int8Linear) and lin.bias is None for lin in linears):
+        qweight = torch.cat([lin.qweight for lin in linears])
+        scale = torch.cat([lin.scale for lin in linears])
+        return Int8Linear(qweight, scale, None).forward
+    return lambda x: torch.cat([lin(x) for lin in linears], dim=-1)
+
+
+class _FusedBlock:
+    """One decoder block's weights, arranged for `FastDecoder`."""
+
+    def __init__(self, block: nn.Module) -> None:
+        attn = block.attn
+        parts = [attn.q_proj, attn.k_proj, attn.v_proj]
+        if attn.gate_proj is not None:
+            parts.append(attn.gate_proj)
+        self.qkv = fuse_projections(parts)
+        self.o_proj: Projection = attn.o_proj.forward
+        self.attn_norm, self.mlp_norm = block.attn_norm.weight, block.mlp_norm.weight
+        self.qk_norm: torch.Tensor | None = None
+        if attn.q_norm is not None:  # one weight row per head: n_head query rows, then n_kv_head key rows
+            self.qk_norm = torch.cat([attn.q_norm.weight.expand(attn.n_head, -1),
+                                      attn.k_norm.weight.expand(attn.n_kv_head, -1)]).detach()
+        self.moe: nn.Module | None = None
+        if hasattr(block.mlp, "router"):
+            self.moe = block.mlp
+        else:
+            self.gate_up = fuse_projections([block.mlp.gate, block.mlp.up])
+            self.down: Projection = block.mlp.down.forward
+
+
+class FastDecoder:
+    """A KV-cached runner for standard-attention modern models: `extend` tokens, get their logits."""
+
+    def __init__(self, model: nn.Module, batch_size: int, capacity: int | None = None) -> None:
+        if not supports_fast_decode(model):
+            raise ValueError("FastDecoder needs a modern model with standard attention")
+        c = model.config
+        weight = model.token_embed.weight
+        self.model, self.device, self.dtype = model, weight.device, weight.dtype
+        self.n_head, self.n_kv_head, self.head_dim = c.n_head, c.kv_heads, c.dim_per_head
+        self.n_embed, self.eps, self.window = c.n_embed, c.norm_eps, c.sliding_window
+        self.batch_size, self.capacity = batch_size, capacity or c.context_length
+        self.blocks = [_FusedBlock(block) for block in model.blocks]
+        self.norm = model.norm.weight
+        self.lm_head: Projection = model.lm_head.forward
+        shape = (batch_size, self.n_kv_head, self.capacity, self.head_dim)
+        self.keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.blocks]
+        self.values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.blocks]
+        self.valid = torch.ones(batch_size, self.capacity, dtype=torch.bool, device=self.device)
+        self.slots = torch.arange(self.capacity, device=self.device)  # default positions, allocated once
+        self.length = 0
+        self.padded = False
+
+    def reset(self) -> None:
+        self.length = 0
+        self.padded = False
+
+    def truncate(self, length: int) -> None:
+        """Forget everything after `length` slots (speculative decoding rolls back rejected drafts)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
+        self.length = length
+
+    def extend(
+        self,
+        idx: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        valid: torch.Tensor | None = None,
+        last_only: bool = True,
+    ) -> torch.Tensor:
+        """Append tokens idx [B, T] to the cache; logits [B, 1 or T, vocab] of the last or all of them."""
+        B, T = idx.shape
+        start, end = self.length, self.length + idx.shape[1]
+        if end > self.capacity:
+            raise ValueError(f"KV cache full: {start} + {T} tokens > capacity {self.capacity}")
+        if positions is None:
+            positions = self.slots[start:end]
+        if valid is not None:
+            self.valid[:, start:end] = valid
+            self.padded = True
+        elif self.padded:
+            self.valid[:, start:end] = True
+        lo = 0
+        if T == 1 and not self.padded:  # one query sees every cached key (or the last `window` of them)
+            mask, is_causal = None, False
+            if self.window is not None:
+                lo = max(0, end - self.window)
+        else:
+            key_valid = self.valid[:, :end] if self.padded else None
+            mask, is_causal = attention_mask(T, start, self.window, key_valid, self.device)
+        cos, sin = self.model.rope(positions, self.dtype, upto=end)
+        H, K, D = self.n_head, self.n_kv_head, self.head_dim
+        gqa = K != H
+
+        x = F.embedding(idx, self.model.token_embed.weight)
+        for i, block in enumerate(self.blocks):
+            h = F.rms_norm(x, (self.n_embed,), block.attn_norm, self.eps)
+            proj = block.qkv(h)
+            qkv = proj[..., : (H + 2 * K) * D].view(B, T, H + 2 * K, D)
+            qk = qkv[:, :, : H + K]
+            if block.qk_norm is not None:
+                qk = F.rms_norm(qk, (D,), None, self.eps) * block.qk_norm
+            qk = apply_rope(qk.transpose(1, 2), cos, sin)  # [B, H + K, T, D]
+            q, k = qk.split([H, K], dim=1)
+            self.keys[i][:, :, start:end] = k
+            self.values[i][:, :, start:end] = qkv[:, :, H + K :].transpose(1, 2)
+            y = F.scaled_dot_product_attention(
+                q, self.keys[i][:, :, lo:end], self.values[i][:, :, lo:end],
+                attn_mask=mask, is_causal=is_causal, enable_gqa=gqa,
+            )
+            y = y.transpose(1, 2).reshape(B, T, H * D)
+            if proj.shape[-1] > (H + 2 * K) * D:  # sigmoid output gate, fused into the same product
+                y = y * torch.sigmoid(proj[..., (H + 2 * K) * D :])
+            x = x + block.o_proj(y)
+            h = F.rms_norm(x, (self.n_embed,), block.mlp_norm, self.eps)
+            if block.moe is not None:
+                x = x + block.moe(h)[0]
+            else:
+                gate, up = block.gate_up(h).chunk(2, dim=-1)
+                x = x + block.down(F.silu(gate) * up)
+        self.length = end
+        if last_only:
+            x = x[:, -1:]
+        return self.lm_head(F.rms_norm(x, (self.n_embed,), self.norm, self.eps))

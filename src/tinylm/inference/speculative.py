@@ -1,0 +1,181 @@
+"""Speculative decoding (Leviathan et al. 2023; Chen et al. 2023): a small model drafts, the big one checks.
+
+Each round the draft model proposes k tokens x_1..x_k, sampling x_j from its distribution q_j. The
+target model then scores all of them in ONE forward pass, which gives its own distributions
+p_1..p_{k+1} at those positions. Walking left to right, draft token x_j is accepted with probability
+
+    min(1, p_j(x_j) / q_j(x_j))
+
+and at the first rejection a replacement is drawn from the residual distribution
+normalize(max(0, p_j - q_j)); if all k are accepted, one bonus token comes from p_{k+1}. This
+accept/reject rule makes every emitted token distributed exactly as p (the target's), whatever the
+draft proposes: a good draft only makes it faster, a bad one only slower. With greedy decoding
+(p and q one-hot) it reduces to "accept while the draft's argmax equals the target's", so the output
+is token-identical to greedy decoding of the target alone.
+
+Rejected drafts are rolled back by truncating both KV caches. Sampling filters (temperature, top-k,
+top-p, min-p, repetition penalty) are applied to both p and q, so the output follows the target's
+*filtered* distribution, as plain sampling would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from tinylm.errors import TinyLMError
+from tinylm.inference.runners import make_runner
+from tinylm.inference.sampling import SamplingParams, probabilities
+
+
+@dataclass
+class SpeculativeStats:
+    rounds: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    emitted: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def tokens_per_target_pass(self) -> float:
+        return self.emitted / self.rounds if self.rounds else 0.0
+
+
+def speculative_stream(
+    target: nn.Module,
+    draft: nn.Module,
+    prompt: Sequence[int],
+    max_new_tokens: int,
+    k: int = 4,
+    sampling: SamplingParams | None = None,
+    seed: int = 0,
+    stop_ids: Iterable[int] = (),
+    stats: SpeculativeStats | None = None,
+) -> Iterator[int]:
+    """Yield new token ids for one prompt as rounds produce them; stops before a stop token."""
+    if target.config.vocab_size != draft.config.vocab_size:
+        raise TinyLMError(f"draft vocabulary ({draft.config.vocab_size}) differs from the target's "
+                          f"({target.config.vocab_size}): they must share a tokenizer")
+    if k < 1:
+        raise ValueError(f"k (draft tokens per round) must be >= 1, got {k}")
+    if not prompt:
+        raise ValueError("the prompt needs at least one token (start an empty one with EOT)")
+    sampling = sampling or SamplingParams()
+    stats = stats if stats is not None else SpeculativeStats()
+    stops = set(stop_ids)
+    window = min(target.config.context_length, draft.config.context_length)
+    keep = max(1, window // 2)
+    device = next(target.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed)
+
+    with torch.inference_mode():
+        target.eval()
+        draft.eval()
+        t_run, d_run = make_runner(target, 1, window), make_runner(draft, 1, window)
+        seq = list(prompt)[-window:]
+        start = t_fed = d_fed = 0  # context start and tokens of `seq` each model has consumed
+        seen = None
+        if sampling.needs_history:
+            seen = torch.zeros(1, target.config.vocab_size, dtype=torch.bool, device=device)
+            seen[0, torch.tensor(seq, device=device)] = True
+        produced = 0
+        while produced < max_new_tokens:
+            if len(seq) - start > window:  # the engine's rule: re-encode the last `keep` tokens afresh
+                start = t_fed = d_fed = len(seq) - keep
+                t_run.reset()
+                d_run.reset()
+            # every position of this round must see the same context start, as in plain decoding
+            n_draft = min(k, max_new_tokens - produced - 1, window - (len(seq) - start))
+            base = len(seq)
+
+            # 1. the draft proposes n_draft tokens, one cheap step each
+            drafts: list[int] = []
+            q_rows: list[torch.Tensor] = []
+            if n_draft:
+                logits = d_run.extend(_ids(seq[d_fed:], device))[:, -1]
+                seen_j = None if seen is None else seen.clone()
+                for j in range(n_draft):
+                    q = probabilities(logits, sampling, seen_j)[0]
+                    x = int(q.argmax()) if sampling.greedy else int(torch.multinomial(q, 1, generator=generator))
+                    drafts.append(x)
+                    q_rows.append(q)
+                    if seen_j is not None:
+                        seen_j[0, x] = True
+                    if j < n_draft - 1:
+                        logits = d_run.extend(_ids([x], device))[:, -1]
+                d_fed = base + n_draft - 1
+
+            # 2. the target scores the pending tokens and all drafts in one pass
+            pending = seq[t_fed:]
+            t_logits = t_run.extend(_ids(pending + drafts, device), last_only=False)[0, len(pending) - 1 :]
+
+            # 3. accept/reject left to right
+            seen_j = None if seen is None else seen.clone()
+            accepted, new_token = 0, None
+            for j, x in enumerate(drafts):
+                p = probabilities(t_logits[j : j + 1], sampling, seen_j)[0]
+                if sampling.greedy:
+                    ok = bool(p[x] == 1)
+                else:
+                    ok = float(torch.rand((), generator=generator, device=device)) * float(q_rows[j][x]) < float(p[x])
+                if ok:
+                    accepted += 1
+                    if seen_j is not None:
+                        seen_j[0, x] = True
+                    continue
+                residual = (p - q_rows[j]).clamp(min=0)
+                new_token = _draw(residual if float(residual.sum()) > 0 else p, sampling, generator)
+                break
+            if new_token is None:  # every draft accepted: a bonus token from the target's last row
+                p = probabilities(t_logits[len(drafts) : len(drafts) + 1], sampling, seen_j)[0]
+                new_token = _draw(p, sampling, generator)
+
+            # 4. roll both caches back to the accepted prefix
+            t_fed = base + accepted
+            t_run.truncate(t_fed - start)
+            if n_draft:
+                d_fed = min(d_fed, base + accepted)
+                d_run.truncate(d_fed - start)
+            stats.rounds += 1
+            stats.proposed += len(drafts)
+            stats.accepted += accepted
+            for token in [*drafts[:accepted], new_token]:
+                if token in stops:
+                    return
+                seq.append(token)
+                if seen is not None:
+                    seen[0, token] = True
+                produced += 1
+                stats.emitted += 1
+                yield token
+
+
+def speculative_generate(
+    target: nn.Module,
+    draft: nn.Module,
+    prompt: Sequence[int],
+    max_new_tokens: int,
+    k: int = 4,
+    sampling: SamplingParams | None = None,
+    seed: int = 0,
+    stop_ids: Iterable[int] = (),
+    stats: SpeculativeStats | None = None,
+) -> list[int]:
+    """New token ids for one prompt (without the stop token that ended it)."""
+    return list(speculative_stream(target, draft, prompt, max_new_tokens, k, sampling, seed, stop_ids, stats))
+
+
+def _ids(tokens: list[int], device: torch.device) -> torch.Tensor:
+    return torch.tensor([tokens], dtype=torch.long, device=device)
+
+
+def _draw(probs: torch.Tensor, sampling: SamplingParams, generator: torch.Generator) -> int:
+    if sampling.greedy:
+        return int(probs.argmax())
+    return int(torch.multinomial(probs / probs.sum(), 1, generator=generator))

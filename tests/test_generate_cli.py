@@ -1,0 +1,108 @@
+"""`tinylm generate` end to end on a checkpoint in the training format (tiny random model + small BPE)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tinylm.cli import main
+from tinylm.config import ModelConfig
+from tinylm.inference.engine import Engine
+from tinylm.inference.sampling import GREEDY
+from tinylm.models.factory import build_model
+from tinylm.tokenizer import train_bpe
+from tinylm.train.checkpoint import save_checkpoint
+
+CORPUS = ["def add(a, b):\n    return a + b\n", "class Point:\n    x: int = 0\n", "print('héllo wörld')\n"] * 30
+
+
+def make_run(root: Path, arch: str = "modern", context_length: int = 48, seed: int = 0, name: str = "run") -> Path:
+    """A run folder with one checkpoint: what `tinylm train` leaves behind, but random and tiny."""
+    tokenizer = train_bpe(CORPUS, vocab_size=320)
+    tokenizer_file = tokenizer.save(root / f"{name}-tokenizer.json")
+    extra = dict(n_kv_head=2) if arch == "modern" else dict(tie_embeddings=False)
+    config = ModelConfig(arch=arch, vocab_size=tokenizer.vocab_size, context_length=context_length, n_embed=32,
+                         n_head=4, n_blocks=2, init_std=0.3, **extra)
+    torch.manual_seed(seed)
+    model = build_model(config)
+    run_dir = root / name
+    save_checkpoint(run_dir, 5, model, config, tokenizer_file=tokenizer_file)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_run(tmp_path_factory.mktemp("generate"))
+
+
+def _generate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["generate", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_greedy_output_is_prompt_plus_the_engines_continuation(run_dir: Path, capsys) -> None:
+    code, out, err = _generate(capsys, "--checkpoint", str(run_dir), "--prompt", "def add(", "--temperature", "0",
+                               "--max-new-tokens", "30")
+    assert code == 0, err
+    from tinylm.train.checkpoint import load_model
+
+    model, tokenizer, _ = load_model(run_dir)
+    ids = Engine(model).generate([tokenizer.encode("def add(")], 30, GREEDY, stop_ids=[tokenizer.eot_id])[0]
+    assert out == "def add(" + tokenizer.decode(ids) + "\n"
+    assert "tokens/s" in err and "step 5" in err
+
+
+def test_checkpoint_folder_samples_seeds_and_options(run_dir: Path, capsys, tmp_path: Path) -> None:
+    checkpoint = next((run_dir / "checkpoints").iterdir())
+    prompt_file = tmp_path / "prompt.txt"
+    prompt_file.write_text("class Point", encoding="utf-8")
+    args = ["--checkpoint", str(checkpoint), "--prompt-file", str(prompt_file), "--max-new-tokens", "12",
+            "--top-k", "20", "--top-p", "0.9", "--min-p", "0.01", "--repetition-penalty", "1.2",
+            "--num-samples", "2", "--seed", "3", "--int8"]
+    code, out, err = _generate(capsys, *args)
+    assert code == 0, err
+    assert out.count("--- sample") == 2 and out.count("class Point") == 2
+    assert _generate(capsys, *args)[1] == out  # seeded: the same text again
+    assert "int8" in err
+
+
+def test_speculative_draft_gives_the_greedy_target_text(run_dir: Path, capsys, tmp_path: Path) -> None:
+    draft = make_run(tmp_path, seed=1, name="draft")
+    common = ["--checkpoint", str(run_dir), "--prompt", "x", "--temperature", "0", "--max-new-tokens", "60"]
+    plain = _generate(capsys, *common)
+    # the draft has its own BPE trained on the same text: identical vocabulary, so it can propose tokens
+    code, out, err = _generate(capsys, *common, "--draft", str(draft))
+    assert code == 0, err
+    assert out == plain[1] and "acceptance" in err
+
+
+def test_empty_prompt_starts_from_eot_and_long_prompts_are_cut_with_a_notice(run_dir: Path, capsys) -> None:
+    code, out, err = _generate(capsys, "--checkpoint", str(run_dir), "--max-new-tokens", "5", "--temperature", "0")
+    assert code == 0, err
+    long_prompt = "def add(a, b): return a + b\n" * 20
+    code, out, err = _generate(capsys, "--checkpoint", str(run_dir), "--prompt", long_prompt, "--max-new-tokens", "5")
+    assert code == 0 and "keeping the last 47" in err
+    assert out.startswith(long_prompt)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--checkpoint", "{missing}"], "checkpoint not found"),
+    (["--checkpoint", "{corrupt}"], "corrupt checkpoint"),
+    (["--checkpoint", "{run}", "--temperature", "-1"], "temperature must be >= 0"),
+    (["--checkpoint", "{run}", "--top-p", "0"], "top_p must be in (0, 1]"),
+    (["--checkpoint", "{run}", "--top-k", "0"], "top_k must be >= 1"),
+    (["--checkpoint", "{run}", "--prompt-file", "{missing}"], "prompt file not found"),
+])
+def test_user_mistakes_are_one_clear_line(args: list[str], message: str, run_dir: Path, tmp_path: Path,
+                                          capsys) -> None:
+    corrupt = make_run(tmp_path, name="corrupt")
+    weights = next((corrupt / "checkpoints").iterdir()) / "model.safetensors"
+    weights.write_bytes(b"not a safetensors file")
+    paths = dict(missing=str(tmp_path / "nope"), corrupt=str(corrupt), run=str(run_dir))
+    code, out, err = _generate(capsys, *[a.format(**paths) for a in args])
+    assert code == 1 and out == ""
+    assert err.startswith("tinylm: error: ") and message in err and len(err.strip().splitlines()) == 1
+
