@@ -19,6 +19,7 @@ from torch import nn
 from tinylm.config import ModelConfig
 from tinylm.models.accounting import count_params, training_flops_per_token
 from tinylm.models.init import init_gpt2
+from tinylm.models.loss import output_head_loss
 
 
 class CausalSelfAttention(nn.Module):
@@ -118,13 +119,10 @@ class ClassicGPT(nn.Module):
         return self.ln_f(x)
 
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        logits = self.lm_head(self.forward_hidden(idx))
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
-        return logits, loss
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(logits [B, T, vocab], mean cross-entropy or None); `return_logits=False` as in ModernGPT.forward."""
+        return output_head_loss(self.lm_head, self.forward_hidden(idx), targets, return_logits)
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
         return count_params(self, non_embedding, active)

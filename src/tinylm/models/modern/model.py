@@ -9,13 +9,13 @@ training interface; `forward_hidden` with a `KVCache` (from `new_cache`) is the 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from tinylm.config import ModelConfig
 from tinylm.models.accounting import count_params, training_flops_per_token
 from tinylm.models.init import init_gpt2
+from tinylm.models.loss import output_head_loss
 from tinylm.models.modern.block import ModernBlock
 from tinylm.models.modern.kv_cache import KVCache
 from tinylm.models.modern.mask import attention_mask
@@ -98,15 +98,17 @@ class ModernGPT(nn.Module):
 
     # ---- training interface --------------------------------------------------------------------
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(logits [B, T, vocab], mean cross-entropy + MoE balance loss in training mode, or None)."""
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(logits [B, T, vocab], mean cross-entropy + MoE balance loss in training mode, or None).
+
+        Training passes `return_logits=False`: the loss then goes through the output head in chunks
+        (`models/loss.py`, same value and gradients) without ever holding the full logits, and the
+        logits come back as None.
+        """
         hidden, aux = self._hidden_and_aux(idx)
-        logits = self.lm_head(hidden)
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
-        if aux is not None and self.training:
+        logits, loss = output_head_loss(self.lm_head, hidden, targets, return_logits)
+        if loss is not None and aux is not None and self.training:
             loss = loss + aux
         return logits, loss
 

@@ -1,0 +1,211 @@
+"""`tinylm compare`: train several architectures on the same data, seeds and budget; tabulate and plot.
+
+Every candidate is trained by the one training engine, `tinylm.train.loop.run_training`, with the
+same TrainConfig except the model: same data folder, same batch, same seeds, and the same budget,
+either equal steps (hence equal tokens) or equal wall-clock seconds. With a time budget the number
+of steps is not known in advance, so those runs use a constant learning rate after warm-up rather
+than a schedule that would need it. Results go into `--out`:
+
+- compare.md: per candidate, parameters (total and active per token), training tokens/s, final
+  dev loss and bits per byte, as mean ± standard deviation over the seeds;
+- compare.png: dev loss against tokens seen and against seconds of training;
+- compare.json: every run's summary and dev-loss curve;
+- runs/NAME-seedS/: each run's own folder (metrics.jsonl, checkpoint, loss plot).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tinylm.errors import TinyLMError
+
+MAX_STEPS_FOR_TIME_BUDGET = 10**9  # the time budget, not the step count, ends these runs
+
+
+@dataclass
+class Candidate:
+    name: str
+    arch: str
+    overrides: dict[str, Any]
+    description: str
+
+
+def candidates_for(preset: str, archs: list[str], variants: list[str], common: dict[str, Any]) -> list[Candidate]:
+    """The baseline of each arch, then one modern model per variant (the variant table is in variants.py)."""
+    from tinylm.bench.variants import VARIANTS, variant_overrides
+    from tinylm.presets import preset_config
+
+    out = []
+    for arch in archs:
+        if arch not in ("classic", "modern"):
+            raise TinyLMError(f"unknown arch {arch!r}: choose classic and/or modern")
+        out.append(Candidate(arch, arch, dict(common), f"{preset} preset, {arch}"))
+    if variants:
+        base = preset_config(preset, "modern", **common)
+        for name in variants:
+            changes = variant_overrides(name, base)
+            out.append(Candidate(f"modern+{name}", "modern", {**common, **changes}, VARIANTS[name][0]))
+    if not out:
+        raise TinyLMError("nothing to compare: give --archs and/or --variants")
+    names = [c.name for c in out]
+    if len(set(names)) != len(names):
+        raise TinyLMError(f"a candidate is listed twice: {', '.join(names)}")
+    return out
+
+
+@dataclass
+class CompareOptions:
+    preset: str = "tiny"
+    archs: list[str] = field(default_factory=lambda: ["classic", "modern"])
+    variants: list[str] = field(default_factory=list)
+    overrides: dict[str, Any] = field(default_factory=dict)  # applied to every candidate
+    steps: int | None = None
+    time_budget: float | None = None
+    seeds: list[int] = field(default_factory=lambda: [1])
+    out: str = "compare"
+    train: dict[str, Any] = field(default_factory=dict)  # other TrainConfig fields (data, batch_size, lr, ...)
+
+
+def _model_sizes(preset: str, candidate: Candidate) -> tuple[int, int]:
+    """(total, active) parameters, counted on the meta device: nothing is allocated."""
+    import torch
+
+    from tinylm.models.factory import build_model
+    from tinylm.presets import preset_config
+
+    with torch.device("meta"):
+        model = build_model(preset_config(preset, candidate.arch, **candidate.overrides))
+    return model.num_params(), model.num_params(active=True)
+
+
+def dev_curve(run_dir: Path) -> list[dict[str, float]]:
+    """[{step, tokens, seconds, dev_loss}] from metrics.jsonl; seconds interpolated from the training rows."""
+    import numpy as np
+
+    from tinylm.train.metrics import read_metrics
+
+    rows = read_metrics(run_dir)
+    timed = sorted((r["step"], r["elapsed_s"]) for r in rows if "elapsed_s" in r)
+    steps, elapsed = ([s for s, _ in timed], [e for _, e in timed]) if timed else ([0], [0.0])
+    return [{"step": r["step"], "tokens": r["tokens"], "dev_loss": r["dev_loss"],
+             "seconds": float(np.interp(r["step"], steps, elapsed))}
+            for r in rows if isinstance(r.get("dev_loss"), (int, float))]
+
+
+def run_compare(opts: CompareOptions, say=lambda line: None) -> dict[str, Any]:
+    """Train every candidate for every seed under the same budget; write compare.md/png/json into opts.out."""
+    from tinylm.train.config import TrainConfig
+    from tinylm.train.loop import run_training
+
+    if (opts.steps is None) == (opts.time_budget is None):
+        raise TinyLMError("give exactly one budget: --steps N (equal steps) or --time-budget SECONDS (equal time)")
+    if not opts.seeds:
+        raise TinyLMError("--seeds needs at least one seed")
+    out = Path(opts.out)
+    candidates = candidates_for(opts.preset, opts.archs, opts.variants, opts.overrides)
+    budget: dict[str, Any] = ({"max_steps": opts.steps} if opts.steps is not None else
+                              {"max_steps": MAX_STEPS_FOR_TIME_BUDGET, "time_budget": opts.time_budget,
+                               "schedule": "constant"})
+    base = TrainConfig(preset=opts.preset, progress=False, sample_tokens=0, **{**opts.train, **budget})
+    runs: list[dict[str, Any]] = []
+    for seed in opts.seeds:  # seed-major: a slow drift of the machine's speed touches every candidate alike
+        for candidate in candidates:
+            run_dir = out / "runs" / f"{candidate.name}-seed{seed}"
+            if run_dir.exists():
+                shutil.rmtree(run_dir)  # compare's own output from an earlier invocation
+            say(f"training {candidate.name} (seed {seed}) ...")
+            summary = run_training(base.replace(arch=candidate.arch, overrides=candidate.overrides, seed=seed,
+                                                out=str(run_dir)))
+            runs.append({"candidate": candidate.name, "seed": seed, "summary": summary.to_dict(),
+                         "dev_curve": dev_curve(run_dir)})
+    rows = []
+    for candidate in candidates:
+        mine = [r["summary"] for r in runs if r["candidate"] == candidate.name]
+        total, active = _model_sizes(opts.preset, candidate)
+        rows.append({"candidate": candidate.name, "description": candidate.description, "params": total,
+                     "active_params": active, "seeds": len(mine),
+                     **{key: _mean_std([s[key] for s in mine]) for key in
+                        ("tokens_per_s", "dev_loss", "dev_bpb", "steps", "tokens", "wall_s")}})
+    budget_text = (f"{opts.steps} steps each" if opts.steps is not None
+                   else f"{opts.time_budget:g} s of training each")
+    result = {"preset": opts.preset, "budget": budget_text, "seeds": opts.seeds,
+              "train": {k: v for k, v in base.to_dict().items() if k not in ("arch", "overrides", "out")},
+              "rows": rows, "runs": runs}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    (out / "compare.md").write_text(format_markdown(result), encoding="utf-8")
+    plot_compare(result, out / "compare.png")
+    return result
+
+
+def _mean_std(values: list[float | None]) -> dict[str, float | None]:
+    known = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not known:
+        return {"mean": None, "std": None}
+    return {"mean": statistics.fmean(known), "std": statistics.stdev(known) if len(known) > 1 else 0.0}
+
+
+def _cell(stat: dict[str, float | None], fmt: str) -> str:
+    if stat["mean"] is None:
+        return "-"
+    return f"{stat['mean']:{fmt}} ± {stat['std']:{fmt}}"
+
+
+def format_markdown(result: dict[str, Any]) -> str:
+    t = result["train"]
+    lines = [
+        f"# tinylm compare: {result['preset']} preset, {result['budget']}",
+        "",
+        f"Same data and batch for every candidate (batch {t['batch_size']} x seq {t['seq_len'] or 'context'}, "
+        f"lr {t['lr']}, {t['optimizer']}, dtype {t['dtype']}); seeds {', '.join(map(str, result['seeds']))}; "
+        "values are mean ± standard deviation over the seeds.",
+        "",
+        "| candidate | params | active params | tokens/s | dev loss | dev bpb | steps | what it is |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in result["rows"]:
+        cells = [r["candidate"], f"{r['params']:,}", f"{r['active_params']:,}", _cell(r["tokens_per_s"], ",.0f"),
+                 _cell(r["dev_loss"], ".4f"), _cell(r["dev_bpb"], ".4f"), _cell(r["steps"], ".0f"), r["description"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "![dev loss](compare.png)", ""]
+    return "\n".join(lines)
+
+
+def plot_compare(result: dict[str, Any], path: Path) -> Path:
+    """Dev loss against tokens (left) and against seconds (right); one color per candidate, one line per seed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_tokens, by_seconds) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    names = [r["candidate"] for r in result["rows"]]
+    for i, name in enumerate(names):
+        first = True
+        for run in (r for r in result["runs"] if r["candidate"] == name):
+            curve = run["dev_curve"]
+            if not curve:
+                continue
+            label = name if first else None
+            first = False
+            by_tokens.plot([p["tokens"] for p in curve], [p["dev_loss"] for p in curve], color=f"C{i % 10}",
+                           marker="o", markersize=3, label=label)
+            by_seconds.plot([p["seconds"] for p in curve], [p["dev_loss"] for p in curve], color=f"C{i % 10}",
+                            marker="o", markersize=3, label=label)
+    by_tokens.set_xlabel("tokens seen")
+    by_seconds.set_xlabel("seconds of training")
+    by_tokens.set_ylabel("dev loss (nats / token)")
+    by_tokens.legend()
+    fig.suptitle(f"tinylm compare: {result['preset']}, {result['budget']}")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path

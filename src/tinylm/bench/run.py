@@ -1,0 +1,244 @@
+"""`run_bench(BenchOptions) -> dict`: every measurement of `tinylm bench`, in one process, as one JSON object.
+
+Order matters for fairness and for correctness: the matmul peak first (an idle machine's ceiling),
+then decoding (the `transformers` copy is made from the freshly initialized weights, which every
+exporter accepts), then training (tinylm and reference interleaved, step by step), then the data
+loader and the tokenizer. Every ratio is median(tinylm) / median(reference) of samples taken in
+alternation in this run.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from tinylm.bench.matmul_peak import DTYPE_NAMES, matmul_peak_flops
+from tinylm.bench.timing import Measurement, interleaved, ratio
+from tinylm.errors import TinyLMError
+
+SECTIONS: tuple[str, ...] = ("matmul", "decode", "train", "loader", "tokenizer")
+
+
+@dataclass
+class BenchOptions:
+    preset: str = "tiny"
+    arch: str = "modern"
+    overrides: dict[str, Any] = field(default_factory=dict)
+    batch_size: int = 16
+    seq_len: int | None = None  # None = the model's context length
+    repeats: int = 5
+    warmup: int = 2
+    device: str = "auto"
+    dtype: str = "fp32"
+    threads: int | None = None
+    compile: bool = False
+    reference: bool = True  # also measure `transformers`
+    decode_tokens: int = 128
+    sections: tuple[str, ...] = SECTIONS
+    profile: bool = False
+    seed: int = 0
+
+
+def _measured(m: Measurement | None) -> dict[str, Any] | None:
+    return None if m is None else m.to_dict()
+
+
+def _median(m: Measurement | None) -> float | None:
+    return None if m is None else m.median
+
+
+def run_bench(opts: BenchOptions, say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Measure what `opts.sections` name; returns the JSON-ready result (see docs/benchmarks.md for the keys)."""
+    from tinylm.device import configure_backends, describe, peak_flops, pick_device, resolve_dtype
+    from tinylm.models.accounting import attention_flops_per_token
+    from tinylm.models.factory import build_model
+    from tinylm.presets import preset_config
+
+    unknown = sorted(set(opts.sections) - set(SECTIONS))
+    if unknown:
+        raise TinyLMError(f"unknown bench section(s) {', '.join(unknown)}: choose from {', '.join(SECTIONS)}")
+    if opts.repeats < 1 or opts.batch_size < 1 or opts.warmup < 0:
+        raise TinyLMError("--repeats and --batch-size must be >= 1, --warmup >= 0")
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    device = pick_device(opts.device)
+    configure_backends(device)
+    dtype = resolve_dtype(device, opts.dtype)
+    config = preset_config(opts.preset, opts.arch, **opts.overrides)
+    seq_len = opts.seq_len or config.context_length
+    if not 2 <= seq_len <= config.context_length:
+        raise TinyLMError(f"--seq-len must be in [2, context_length={config.context_length}] (got {seq_len})")
+
+    torch.manual_seed(opts.seed)
+    model = build_model(config).to(device)
+    n_matmul = (model.flops_per_token(seq_len) - attention_flops_per_token(config, seq_len)) // 6
+    result: dict[str, Any] = {
+        "options": {**asdict(opts), "sections": list(opts.sections), "seq_len": seq_len, "dtype": DTYPE_NAMES[dtype]},
+        "device": describe(device),
+        "threads": torch.get_num_threads(),
+        "versions": _versions(),
+        "params": model.num_params(),
+        "matmul_params": n_matmul,
+        "flops_per_token_6n": 6 * n_matmul,
+        "flops_per_token": model.flops_per_token(seq_len),
+    }
+    say("matmul peak ...")
+    if "matmul" in opts.sections:
+        result["matmul_peak_flops_fp32"] = matmul_peak_flops(device, torch.float32)
+        result["matmul_peak_flops_bf16"] = matmul_peak_flops(device, torch.bfloat16)
+    result["matmul_peak_flops"] = result.get(f"matmul_peak_flops_{DTYPE_NAMES[dtype]}") or matmul_peak_flops(
+        device, dtype)
+    # MFU's denominator: on a GPU its datasheet peak (as `tinylm train` reports), on a CPU the measured one
+    datasheet = peak_flops(device, dtype) if device.type == "cuda" else None
+    peak = datasheet or result["matmul_peak_flops"]
+    result["peak_flops"] = peak
+    result["peak_flops_source"] = "datasheet" if datasheet else "measured matmul"
+
+    if "decode" in opts.sections:
+        say("decode ...")
+        result.update(_decode(model, opts, config.context_length))
+
+    if "train" in opts.sections:
+        say("training step ...")
+        result.update(_train(model, opts, device, dtype, seq_len, peak, n_matmul))
+
+    if "loader" in opts.sections:
+        say("data loader ...")
+        from tinylm.bench.loader_cost import loader_cost
+
+        step_rate = result.get("train_tokens_per_s")
+        result.update(loader_cost(opts.batch_size, seq_len, config.vocab_size, opts.repeats,
+                                  step_tokens_per_s=step_rate))
+
+    if "tokenizer" in opts.sections:
+        say("tokenizer ...")
+        from tinylm.bench.tokenize import tokenizer_speed
+
+        result.update(tokenizer_speed(opts.repeats))
+    return result
+
+
+def _versions() -> dict[str, str | None]:
+    try:
+        import transformers
+
+        hf_version: str | None = transformers.__version__
+    except ImportError:
+        hf_version = None
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": hf_version}
+
+
+def _decode(model: torch.nn.Module, opts: BenchOptions, context: int) -> dict[str, Any]:
+    """Greedy cached decoding at batch 1, tinylm's engine vs `transformers` generate, alternating."""
+    from tinylm.inference.benchmark import decode_tokens_per_s, hf_decode_tokens_per_s
+
+    new_tokens = max(1, min(opts.decode_tokens, context - 8))
+    ours: list[float] = []
+    theirs: list[float] = []
+    reference_error = None
+    for _ in range(opts.repeats):
+        ours.append(decode_tokens_per_s(model, new_tokens=new_tokens, repeats=1))
+        if opts.reference and reference_error is None:
+            try:
+                theirs.append(hf_decode_tokens_per_s(model, new_tokens=new_tokens, repeats=1))
+            except TinyLMError as exc:  # a feature with no transformers counterpart
+                reference_error = str(exc)
+    mine, ref = Measurement(ours), (Measurement(theirs) if theirs else None)
+    return {"decode_new_tokens": new_tokens,
+            "decode_tokens_per_s": mine.median, "decode": mine.to_dict(),
+            "reference_decode_tokens_per_s": _median(ref), "reference_decode": _measured(ref),
+            "decode_ratio_vs_transformers": ratio(mine, ref), "decode_reference_error": reference_error}
+
+
+def _train(model: torch.nn.Module, opts: BenchOptions, device: torch.device, dtype: torch.dtype, seq_len: int,
+           peak: float | None, n_matmul: int) -> dict[str, Any]:
+    from tinylm.bench.train_step import StepSetup, random_batch, reference_model, reference_step, tinylm_step
+
+    setup = StepSetup(opts.batch_size, seq_len, device, dtype, opts.compile)
+    batch = random_batch(model.config.vocab_size, setup, opts.seed)
+    reference_error = None
+    hf = None
+    if opts.reference:
+        try:
+            hf = reference_model(model, device)  # before tinylm's first step: the same starting weights
+        except TinyLMError as exc:
+            reference_error = str(exc)
+    steps = {"tinylm": tinylm_step(model, setup, batch)}
+    if hf is not None:
+        steps["transformers"] = reference_step(hf, setup, batch)
+    candidates = {name: (step, setup.tokens) for name, step in steps.items()}
+    measured = interleaved(candidates, device, opts.repeats, warmup=opts.warmup)
+    mine, ref = measured["tinylm"], measured.get("transformers")
+
+    def mfu(m: Measurement | None, flops: float) -> float | None:
+        return None if m is None or not peak else flops * m.median / peak
+
+    out: dict[str, Any] = {
+        "train_tokens_per_s": mine.median, "train": mine.to_dict(),
+        "reference_train_tokens_per_s": _median(ref), "reference_train": _measured(ref),
+        "train_ratio_vs_transformers": ratio(mine, ref), "train_reference_error": reference_error,
+        "reference_model": None if hf is None else type(hf).__name__,
+        "mfu": mfu(mine, 6 * n_matmul),
+        "mfu_with_attention": mfu(mine, model.flops_per_token(seq_len)),
+        "reference_mfu": mfu(ref, 6 * n_matmul),
+    }
+    if opts.profile:
+        from tinylm.bench.profile import profile_step
+
+        out["profile"] = {name: profile_step(step) for name, step in steps.items()}
+    return out
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """The human-readable summary `tinylm bench` prints (the JSON holds every sample)."""
+
+    def rate(key: str, unit: str) -> str:
+        m = result.get(key)
+        return "-" if not m else f"{m['median']:,.0f} {unit} ({m['min']:,.0f}-{m['max']:,.0f})"
+
+    def num(key: str, fmt: str) -> str:
+        value = result.get(key)
+        return "-" if value is None else format(value, fmt)
+
+    o = result["options"]
+    lines = [
+        f"tinylm bench: {o['preset']} {o['arch']}, batch {o['batch_size']} x {o['seq_len']}, {o['dtype']}, "
+        f"{result['device']}, {result['params']:,} parameters, median of {o['repeats']} (min-max)",
+        "",
+        "| measure | tinylm | transformers | ratio |",
+        "|---|---|---|---|",
+    ]
+    if "train" in result:
+        lines.append(f"| training tokens/s | {rate('train', 'tok/s')} | {rate('reference_train', 'tok/s')} | "
+                     f"{num('train_ratio_vs_transformers', '.2f')}x |")
+        lines.append(f"| 6N MFU | {num('mfu', '.1%')} | {num('reference_mfu', '.1%')} | |")
+    if "decode" in result:
+        lines.append(f"| decode tokens/s (batch 1) | {rate('decode', 'tok/s')} | {rate('reference_decode', 'tok/s')} | "
+                     f"{num('decode_ratio_vs_transformers', '.2f')}x |")
+    if "tokenizer_encode" in result:
+        lines.append(f"| BPE encode MB/s | {rate('tokenizer_encode', 'MB/s')} | tiktoken "
+                     f"{rate('reference_tokenizer_encode', 'MB/s')} | {num('tokenizer_ratio_vs_tiktoken', '.2f')}x |")
+        lines.append(f"| BPE encode MB/s | (same) | HF tokenizers {num('hf_tokenizers_encode_mb_per_s', '.1f')} MB/s | "
+                     f"{num('tokenizer_ratio_vs_hf_tokenizers', '.2f')}x |")
+    lines.append("")
+    if "matmul_peak_flops_fp32" in result:
+        lines.append(f"matmul peak: fp32 {result['matmul_peak_flops_fp32'] / 1e9:,.0f} GFLOP/s, "
+                     f"bf16 {result['matmul_peak_flops_bf16'] / 1e9:,.0f} GFLOP/s")
+    if result.get("peak_flops"):
+        lines.append(f"MFU denominator: {result['peak_flops'] / 1e9:,.0f} GFLOP/s ({result['peak_flops_source']})")
+    if result.get("loader_fraction_of_step") is not None:
+        lines.append(f"data loader: {result['loader_fraction_of_step']:.4%} of a training step "
+                     f"({result['loader_tokens_per_s']:,.0f} tokens/s)")
+    for key in ("train_reference_error", "decode_reference_error", "loader_error", "tokenizer_error"):
+        if result.get(key):
+            lines.append(f"note ({key}): {result[key]}")
+    if "profile" in result:
+        from tinylm.bench.profile import format_profile
+
+        lines += ["", *(format_profile(name, prof) for name, prof in result["profile"].items())]
+    return "\n".join(lines)
+

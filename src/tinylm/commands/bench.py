@@ -1,0 +1,66 @@
+"""Measure training and decoding speed next to Hugging Face `transformers`, in one process.
+
+Prints a table, or with --json one JSON object with every sample. The matmul peak is the MFU
+denominator on a CPU; on a GPU MFU is against the datasheet peak and the measured one is shown too.
+Ratios (tinylm / reference) are the headline: both sides are measured in alternation in this run,
+with the same batch, threads and dtype, so machine noise slows both alike.
+
+examples:
+  tinylm bench --preset tiny --threads 2
+  tinylm bench --preset 13m --arch classic --batch-size 16 --only train
+  tinylm bench --preset 124m --device cuda --dtype bf16 --compile --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+HELP = "throughput and MFU, side by side with transformers"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from tinylm.presets import PRESETS
+
+    parser.add_argument("--preset", default="tiny", choices=PRESETS, help="model size (default: tiny)")
+    parser.add_argument("--arch", default="modern", choices=("modern", "classic"))
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                        help="change one model field, e.g. --set n_kv_head=1 (repeatable)")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--seq-len", type=int, default=None, help="default: the model's context length")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (median is reported)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed training steps first")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="fp32", choices=("auto", "fp32", "bf16", "fp16"))
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads for both sides (default: torch's)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile both models")
+    parser.add_argument("--no-reference", dest="reference", action="store_false",
+                        help="skip the transformers measurements")
+    parser.add_argument("--decode-tokens", type=int, default=128, help="new tokens per decode measurement")
+    parser.add_argument("--only", default=None, metavar="SECTIONS",
+                        help="comma list of matmul,decode,train,loader,tokenizer (default: all)")
+    parser.add_argument("--profile", action="store_true", help="also print where a training step's time goes")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    parser.add_argument("--out", default=None, metavar="FILE", help="also write the JSON here")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tinylm.bench.run import SECTIONS, BenchOptions, format_table, run_bench
+    from tinylm.config import parse_override
+
+    overrides = dict(parse_override(text) for text in args.overrides)
+    sections = tuple(s.strip() for s in args.only.split(",") if s.strip()) if args.only else SECTIONS
+    options = BenchOptions(
+        preset=args.preset, arch=args.arch, overrides=overrides, batch_size=args.batch_size, seq_len=args.seq_len,
+        repeats=args.repeats, warmup=args.warmup, device=args.device, dtype=args.dtype, threads=args.threads,
+        compile=args.compile, reference=args.reference, decode_tokens=args.decode_tokens, sections=sections,
+        profile=args.profile)
+    result = run_bench(options, say=lambda line: print(line, file=sys.stderr))
+    text = json.dumps(result, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    print(text if args.json else format_table(result))
+    return 0

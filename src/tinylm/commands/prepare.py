@@ -1,0 +1,67 @@
+"""Build a tokenizer and train/dev token shards from a corpus.
+
+With no options it tokenizes the Python standard library's source (present on every machine, no
+download) with a 4096-token byte-level BPE into a per-user data folder, where `tinylm train` finds it.
+
+corpora (--corpus):
+  pystdlib                    the running interpreter's standard library (default)
+  PATH                        a .txt/.md/.py/.jsonl/.parquet file, a folder (recursive) or a glob
+  hf:NAME[:CONFIG][:SPLIT]    a Hugging Face dataset (streamed; needs the datasets extra)
+
+tokenizers (--tokenizer):
+  bpe                         byte-level BPE trained on the train split (--vocab-size, default 4096)
+  r50k                        GPT-2's encoding via tiktoken (needs its file locally; vocab padded to 50304)
+  PATH                        an existing tokenizer.json (or a folder holding one)
+
+Running it again with the same options reuses the result; a folder holding another config is only
+replaced with --force.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+HELP = "build a tokenizer and token shards from a corpus"
+DEFAULT_VOCAB = 4096
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--corpus", default="pystdlib",
+                        help="pystdlib, a path or glob, or hf:NAME[:CONFIG][:SPLIT] (default: pystdlib)")
+    parser.add_argument("--tokenizer", default="bpe",
+                        help="bpe, r50k, or a tokenizer.json path (default: bpe)")
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help=f"BPE vocabulary size, the 256 bytes and <|endoftext|> included "
+                             f"(default: {DEFAULT_VOCAB})")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="output folder (default: a per-user data folder that tinylm train uses)")
+    parser.add_argument("--force", action="store_true", help="replace a folder prepared with other options")
+    parser.add_argument("--dev-fraction", type=float, default=0.01,
+                        help="share of documents held out for evaluation, chosen by hash (default: 0.01)")
+    parser.add_argument("--text-field", default="text",
+                        help="field holding the text in .jsonl/.parquet/hf rows (default: text)")
+    parser.add_argument("--context-length", type=int, default=256,
+                        help="refuse a corpus whose splits are shorter than one window of this many tokens")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar or status lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tinylm.data.prepare import prepare_dataset
+    from tinylm.data.shards import check_data_dir
+    from tinylm.errors import TinyLMError
+
+    if args.vocab_size is not None and args.tokenizer != "bpe":
+        raise TinyLMError(f"--vocab-size applies to --tokenizer bpe only "
+                          f"({args.tokenizer} has a fixed vocabulary)")
+    out = prepare_dataset(corpus=args.corpus, tokenizer=args.tokenizer,
+                          vocab_size=DEFAULT_VOCAB if args.vocab_size is None else args.vocab_size,
+                          out=args.out, force=args.force, dev_fraction=args.dev_fraction,
+                          text_field=args.text_field, progress=not args.no_progress,
+                          context_length=args.context_length)
+    sidecars = check_data_dir(out)
+    train, dev = sidecars["train"], sidecars["dev"]
+    print(f"{out}  tokenizer {train['tokenizer']} (model vocab {train['vocab_size']}), "
+          f"train {train['tokens']:,} tokens / {train['documents']} docs, "
+          f"dev {dev['tokens']:,} tokens / {dev['documents']} docs")
+    return 0

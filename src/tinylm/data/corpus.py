@@ -1,0 +1,63 @@
+"""A corpus: an ordered, re-readable stream of documents, whatever `--corpus` named.
+
+`open_corpus` turns the spec into a `Corpus`, checking everything that can be checked without
+reading the text (the path exists, the files have a known kind, the `datasets` library is there),
+so a typo fails in milliseconds. Reading happens later through `documents()`, which can be
+called more than once: prepare reads the train split once to train the BPE, then everything once
+to encode it. The order is deterministic, so the same corpus always gives the same shards.
+
+Specs: `pystdlib` (the default), a local file, folder or glob (see `files.py`), and
+`hf:NAME[:CONFIG][:SPLIT]` (see `hf.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ReadStats:
+    """What reading a corpus met besides text: fixed-up documents and empty ones."""
+
+    replaced: int = 0  # documents in which undecodable bytes became U+FFFD
+    empty: int = 0  # empty or all-whitespace documents, skipped
+
+
+@dataclass
+class Corpus:
+    """A corpus named by `spec`; `read(stats)` yields its documents in order, counting oddities in `stats`."""
+
+    spec: str  # normalised spec, recorded in the sidecars
+    fingerprint: str  # cheap identity of the current content: changes when the files change
+    read: Callable[[ReadStats], Iterator[str]]
+    total_bytes: int | None = None  # for the progress bar, when known up front
+    stats: ReadStats = field(default_factory=ReadStats)
+
+    def documents(self) -> Iterator[str]:
+        """The documents, in order, without empty ones; `stats` counts this pass."""
+        self.stats = ReadStats()
+        for text in self.read(self.stats):
+            if text.strip():
+                yield text
+            else:
+                self.stats.empty += 1
+
+
+def open_corpus(spec: str, text_field: str = "text") -> Corpus:
+    """The corpus `spec` names; TinyLMError (one line) when it cannot exist."""
+    from tinylm.errors import TinyLMError
+
+    if not isinstance(spec, str) or not spec.strip():
+        raise TinyLMError("--corpus is empty: give pystdlib, a path, a glob or hf:NAME")
+    if spec == "pystdlib":
+        from tinylm.data.pystdlib import pystdlib_corpus
+
+        return pystdlib_corpus()
+    if spec.startswith("hf:"):
+        from tinylm.data.hf import hf_corpus
+
+        return hf_corpus(spec, text_field)
+    from tinylm.data.files import local_corpus
+
+    return local_corpus(spec, text_field)

@@ -1,0 +1,123 @@
+"""Output head + cross-entropy in row chunks, never holding the full [tokens, vocab] float32 logits.
+
+The plain loss, `F.cross_entropy(lm_head(h).float(), y)`, writes the logits, their float32 copy,
+the softmax and the gradient of each: four [tokens, vocab] tensors. With a 50k vocabulary and 2,048
+tokens each is 412 MB, and on a CPU the passes over them cost more than the head's matmul itself.
+
+Here the rows go through the head `chunk_rows` at a time. For one chunk, with p = softmax(logits),
+
+    loss_i = logsumexp(logits_i) - logits_i[y_i]
+    d loss / d logits_i = (p_i - onehot(y_i)) / n_targets
+
+so the chunk's gradients with respect to the hidden states, the head weight and its bias are
+known right away, while the chunk is still in cache. They are computed in the forward pass and
+kept (the memory of the inputs, not of the logits); `backward` only scales them by the incoming
+gradient, which is exact because the loss is a scalar. Without gradients (evaluation) only the
+loss is computed. Rows whose target is `ignore_index` count neither in the sum nor in the mean.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# float32 logits per chunk: on a CPU ~32 MB, near the cache and still large enough for an efficient
+# matmul; a GPU needs far bigger matmuls to fill its cores and has the memory bandwidth (~1 GB)
+CHUNK_ELEMENTS = {"cpu": 1 << 23, "cuda": 1 << 28}
+
+
+def default_chunk_rows(vocab_size: int, device_type: str = "cpu") -> int:
+    return max(32, CHUNK_ELEMENTS.get(device_type, CHUNK_ELEMENTS["cpu"]) // vocab_size)
+
+
+class _ChunkedLinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, chunk_rows: int, ignore_index: int):  # type: ignore[override]
+        want_grads = any(ctx.needs_input_grad[:3])
+        device = hidden.device.type
+        # the head's matmuls run in the autocast dtype if one is active, exactly as `lm_head(hidden)` would
+        compute = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+        valid = targets != ignore_index
+        n_targets = valid.sum()
+        scale = 1.0 / n_targets.clamp(min=1).float()  # 0 targets: the loss is 0/0 = nan, as in F.cross_entropy
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        grad_hidden = torch.empty_like(hidden) if want_grads else None
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_grads else None
+        grad_bias = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) \
+            if want_grads and bias is not None else None
+        with torch.autocast(device, enabled=False):
+            w = weight.to(compute)
+            b = None if bias is None else bias.to(compute)
+            for start in range(0, hidden.shape[0], chunk_rows):
+                rows = slice(start, start + chunk_rows)
+                h, ok, y = hidden[rows].to(compute), valid[rows], targets[rows].clamp(min=0)[:, None]
+                logits = F.linear(h, w, b).float()
+                picked = logits.gather(1, y).squeeze(1)
+                peak = logits.amax(dim=-1, keepdim=True)
+                probs = logits.sub_(peak).exp_()  # unnormalized softmax, in place of the logits
+                sums = probs.sum(dim=-1, keepdim=True)
+                total += ((peak + sums.log()).squeeze(1) - picked).mul(ok).sum()  # logsumexp - target logit
+                if not want_grads:
+                    continue
+                weights = ok.float()[:, None] * scale  # each counted row's share of the mean
+                grad = probs.mul_(weights / sums).scatter_add_(1, y, -weights).to(compute)  # (p - onehot) / n
+                grad_hidden[rows] = grad @ w
+                if compute == torch.float32:
+                    grad_weight.addmm_(grad.t(), h)
+                else:  # low-precision product, accumulated in float32 across chunks
+                    grad_weight += grad.t() @ h
+                if grad_bias is not None:
+                    grad_bias += grad.sum(0)
+        loss = total / n_targets.float()
+        if want_grads:
+            ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
+            ctx.dtypes = (weight.dtype, None if bias is None else bias.dtype)
+        return loss
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_loss):  # type: ignore[override]
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
+        weight_dtype, bias_dtype = ctx.dtypes
+        grad_hidden = grad_hidden * grad_loss.to(grad_hidden.dtype) if ctx.needs_input_grad[0] else None
+        grad_weight = (grad_weight * grad_loss).to(weight_dtype) if ctx.needs_input_grad[1] else None
+        if grad_bias is not None and ctx.needs_input_grad[2]:
+            grad_bias = (grad_bias * grad_loss).to(bias_dtype)
+        else:
+            grad_bias = None
+        return grad_hidden, grad_weight, grad_bias, None, None, None
+
+
+def chunked_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    chunk_rows: int | None = None,
+    ignore_index: int = -1,
+) -> torch.Tensor:
+    """mean CE of `F.linear(hidden, weight, bias)` against `targets` (same value and gradients as the plain way).
+
+    hidden [..., C], targets [...] (same leading shape), weight [V, C], bias [V] or None.
+    """
+    rows = hidden.reshape(-1, hidden.shape[-1])
+    chunk_rows = chunk_rows or default_chunk_rows(weight.shape[0], hidden.device.type)
+    return _ChunkedLinearCrossEntropy.apply(rows, weight, bias, targets.reshape(-1), chunk_rows, ignore_index)
+
+
+def output_head_loss(
+    lm_head: nn.Linear, hidden: torch.Tensor, targets: torch.Tensor | None, return_logits: bool = True
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(logits or None, mean CE or None): what both models' `forward` returns.
+
+    Logits asked for: the plain head and `F.cross_entropy` (cheapest when the logits exist anyway).
+    Logits not asked for (training, evaluation): the chunked loss, logits None.
+    """
+    if targets is None:
+        return lm_head(hidden), None
+    if not return_logits:
+        return None, chunked_cross_entropy(hidden, lm_head.weight, targets, lm_head.bias)
+    logits = lm_head(hidden)
+    loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
+    return logits, loss

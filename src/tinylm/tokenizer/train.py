@@ -1,0 +1,51 @@
+"""Train tinylm's default tokenizer: a GPT-2-style byte-level BPE, with Hugging Face `tokenizers`.
+
+Byte-level means the base alphabet is the 256 byte values, so every string can be encoded and
+decoded back exactly, with no unknown token. Text is first split with GPT-2's regex (words, numbers,
+punctuation, whitespace runs, each with at most one leading space) and merges never cross those
+pieces. Merges start from the most frequent adjacent pair and stop at `vocab_size` tokens, counting
+the 256 bytes and the one special token, "<|endoftext|>", which prepare puts after every document.
+A pair must occur at least twice to be merged: a merge seen once memorises rather than compresses.
+`tokenizers` trains on all cores in about a second for 10 MB; the result is then run by tiktoken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tinylm.errors import TinyLMError
+from tinylm.tokenizer.hf_json import EOT, tokenizer_from_hf_json
+from tinylm.tokenizer.tokenizer import Tokenizer
+
+MIN_VOCAB = 256 + 1  # every byte plus <|endoftext|>
+MAX_VOCAB = 1 << 24
+
+
+def check_vocab_size(vocab_size: int) -> None:
+    """One clear line for a vocabulary a byte-level BPE cannot have."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise TinyLMError(f"vocab size must be an integer, got {vocab_size!r}")
+    if vocab_size < MIN_VOCAB:
+        raise TinyLMError(f"vocab size {vocab_size} is too small: a byte-level BPE needs at least "
+                          f"{MIN_VOCAB} (256 bytes + <|endoftext|>)")
+    if vocab_size > MAX_VOCAB:
+        raise TinyLMError(f"vocab size {vocab_size} is too large (at most {MAX_VOCAB})")
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int = 4096, progress: bool = False) -> Tokenizer:
+    """A byte-level BPE of `vocab_size` tokens trained on `texts` (fewer if the text runs out of pairs)."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    check_vocab_size(vocab_size)
+    hf = HFTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    hf.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=[EOT],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=progress)
+    hf.train_from_iterator(texts, trainer)
+    tokenizer = tokenizer_from_hf_json(hf.to_str(), where="the trained BPE")
+    if tokenizer.backend != "tiktoken":  # our own format must always take the fast path
+        raise RuntimeError(f"trained BPE cannot run on tiktoken: {tokenizer.fallback_reason}")
+    return tokenizer

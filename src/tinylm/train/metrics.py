@@ -1,0 +1,103 @@
+"""metrics.jsonl: one JSON object per logged step or evaluation, appended and flushed as it happens.
+
+A line-per-record file survives a crash (every finished line is valid), can be tailed while the run
+goes, and is read back by `tinylm plot` and by tests. Python's `json` writes floats with `repr`,
+which round-trips exactly, so losses in the file are the losses the run computed, bit for bit.
+TensorBoard and Weights & Biases receive the same rows, but only when installed and asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tinylm.errors import TinyLMError
+
+METRICS = "metrics.jsonl"
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf; write them as strings so the file stays standard JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """All rows of a run's metrics.jsonl (a torn last line, from a kill mid-write, is skipped)."""
+    path = Path(run_dir) / METRICS
+    if not path.is_file():
+        raise TinyLMError(f"no {METRICS} in {run_dir}: is it a tinylm run folder?")
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def truncate_after(run_dir: str | Path, step: int) -> None:
+    """Drop rows past `step`: a resumed run redoes those steps and must not log them twice."""
+    path = Path(run_dir) / METRICS
+    if not path.is_file():
+        return
+    keep = [row for row in read_metrics(run_dir) if int(row.get("step", 0)) <= step]
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(row) + "\n" for row in keep), encoding="utf-8")
+    tmp.replace(path)
+
+
+class MetricsLogger:
+    """Writes rows to metrics.jsonl (and optionally TensorBoard / W&B); inactive on non-zero ranks."""
+
+    def __init__(self, run_dir: str | Path, active: bool = True, tensorboard: bool = False,
+                 wandb: bool = False, run_config: dict[str, Any] | None = None) -> None:
+        self.active = active
+        self.path = Path(run_dir) / METRICS
+        self._file = None
+        self._tb: Any = None
+        self._wandb: Any = None
+        if not active:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise TinyLMError("--tensorboard needs the tensorboard package: pip install tensorboard") from None
+            self._tb = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+        if wandb:
+            try:
+                import wandb as wandb_module
+            except ImportError:
+                raise TinyLMError("--wandb needs the wandb package: pip install wandb") from None
+            self._wandb = wandb_module.init(project="tinylm", dir=str(run_dir), config=run_config or {},
+                                            name=Path(run_dir).name, resume="allow")
+
+    def log(self, row: dict[str, Any]) -> None:
+        if not self.active or self._file is None:
+            return
+        self._file.write(json.dumps({k: _clean(v) for k, v in row.items()}) + "\n")
+        self._file.flush()
+        step = int(row.get("step", 0))
+        numbers = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}
+        if self._tb is not None:
+            for key, value in numbers.items():
+                self._tb.add_scalar(key, value, step)
+        if self._wandb is not None:
+            self._wandb.log(numbers, step=step)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None

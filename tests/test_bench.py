@@ -1,0 +1,113 @@
+"""`tinylm bench` at a micro scale: the JSON it promises, and ratios derived from same-run measurements."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+import torch
+
+from tinylm.bench import timing
+from tinylm.bench.loader_cost import loader_cost
+from tinylm.bench.profile import profile_step
+from tinylm.bench.run import BenchOptions, format_table, run_bench
+from tinylm.bench.timing import Measurement, interleaved, ratio
+from tinylm.cli import main
+
+MICRO = {"vocab_size": 256, "n_embed": 32, "n_head": 2, "n_kv_head": 1, "n_blocks": 1, "context_length": 32}
+CPU = torch.device("cpu")
+
+
+def test_interleaved_alternates_and_ratio_is_median_over_median(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake clock: candidate a takes 1 s per call, b takes 4 s; calls alternate a, b, a, b."""
+    now = [0.0]
+    order: list[str] = []
+    monkeypatch.setattr(timing, "clock", lambda: now[0])
+
+    def work(name: str, seconds: float):
+        def run() -> None:
+            order.append(name)
+            now[0] += seconds
+        return run
+
+    measured = interleaved({"a": (work("a", 1.0), 100.0), "b": (work("b", 4.0), 100.0)}, CPU, repeats=3, warmup=1)
+    assert order == ["a", "b"] + ["a", "b"] * 3  # warm-up once each, then strictly alternating
+    assert measured["a"].samples == [100.0] * 3 and measured["b"].samples == [25.0] * 3
+    assert ratio(measured["a"], measured["b"]) == 4.0
+    assert ratio(measured["a"], None) is None
+
+
+def test_measurement_reports_median_and_spread() -> None:
+    m = Measurement([3.0, 1.0, 10.0, 2.0, 4.0])
+    assert (m.median, m.low, m.high) == (3.0, 1.0, 10.0)
+    assert m.to_dict()["samples"] == [3.0, 1.0, 10.0, 2.0, 4.0]
+
+
+@pytest.fixture(scope="module")
+def micro_result() -> dict:
+    torch.set_num_threads(2)
+    options = BenchOptions(preset="tiny", overrides=MICRO, batch_size=2, seq_len=16, repeats=2, warmup=1,
+                           device="cpu", threads=2, decode_tokens=8, sections=("decode", "train"))
+    return run_bench(options)
+
+
+def test_bench_json_has_every_promised_key(micro_result: dict) -> None:
+    for key in ("matmul_peak_flops", "train_tokens_per_s", "mfu", "reference_train_tokens_per_s",
+                "train_ratio_vs_transformers", "decode_tokens_per_s", "reference_decode_tokens_per_s",
+                "decode_ratio_vs_transformers", "peak_flops", "mfu_with_attention"):
+        assert micro_result[key] is not None, key
+    assert micro_result["reference_model"] == "LlamaForCausalLM"
+    json.dumps(micro_result)  # JSON-ready as it is
+
+
+def test_ratios_and_mfu_derive_from_the_same_run_samples(micro_result: dict) -> None:
+    r = micro_result
+    assert len(r["train"]["samples"]) == len(r["reference_train"]["samples"]) == 2
+    assert r["train_tokens_per_s"] == statistics.median(r["train"]["samples"])
+    assert r["reference_train_tokens_per_s"] == statistics.median(r["reference_train"]["samples"])
+    assert r["train_ratio_vs_transformers"] == r["train_tokens_per_s"] / r["reference_train_tokens_per_s"]
+    assert r["decode_ratio_vs_transformers"] == r["decode_tokens_per_s"] / r["reference_decode_tokens_per_s"]
+    assert r["mfu"] == pytest.approx(r["flops_per_token_6n"] * r["train_tokens_per_s"] / r["peak_flops"])
+    # tied modern model: the matmul parameters are all parameters (the shared table is the output head)
+    assert r["matmul_params"] == r["params"]
+    assert "training tokens/s" in format_table(r)
+
+
+def test_loader_cost_is_a_fraction_of_the_given_step_rate() -> None:
+    result = loader_cost(batch_size=4, seq_len=16, vocab_size=300, repeats=2, step_tokens_per_s=1000.0,
+                         batches_per_repeat=5)
+    assert result["loader_fraction_of_step"] == 1000.0 / result["loader_tokens_per_s"]
+
+
+def test_tokenizer_section_matches_ids_and_reports_ratio() -> None:
+    from tinylm.bench.tokenize import tokenizer_speed
+
+    result = tokenizer_speed(repeats=2, vocab_size=300, train_bytes=100_000, encode_bytes=100_000)
+    assert result["tokenizer_ids_match"] is True
+    assert result["tokenizer_ratio_vs_tiktoken"] == (result["tokenizer_encode_mb_per_s"]
+                                                      / result["reference_tokenizer_encode_mb_per_s"])
+
+
+def test_profile_groups_add_up() -> None:
+    x = torch.randn(64, 64, requires_grad=True)
+    result = profile_step(lambda: (x @ x).relu().sum().backward(), steps=2)
+    assert sum(result["groups"].values()) == pytest.approx(1.0)
+    assert "matmul" in result["groups"]
+
+
+def test_cli_bench_json_and_classic_reference(capsys: pytest.CaptureFixture[str]) -> None:
+    sets = [arg for name, value in MICRO.items() if name != "n_kv_head" for arg in ("--set", f"{name}={value}")]
+    code = main(["bench", "--arch", "classic", *sets, "--batch-size", "2", "--seq-len", "16", "--repeats", "2",
+                 "--warmup", "1", "--device", "cpu", "--only", "train", "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["reference_model"] == "GPT2LMHeadModel"
+    assert result["train_ratio_vs_transformers"] == result["train_tokens_per_s"] / result[
+        "reference_train_tokens_per_s"]
+
+
+def test_cli_rejects_unknown_section(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--only", "train,warp", "--device", "cpu"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("tinylm: error: unknown bench section(s) warp")

@@ -1,0 +1,124 @@
+"""`tinylm train` and `tinylm plot` from the command line, and exact resume after a SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from test_train_support import cli_args, config, hooked_build_model, losses, rows
+from tinylm.cli import main
+from tinylm.commands.train import OPTIMIZERS
+from tinylm.train import loop, optim
+from tinylm.train.checkpoint import list_checkpoints
+from tinylm.train.loop import run_training
+
+
+def test_train_prints_summary_and_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(cli_args(tmp_path, "--max-steps", "3", "--sample-tokens", "8", "--prompt", "def")) == 0
+    out = capsys.readouterr().out
+    assert "done: step 3, train loss" in out and "bits/byte" in out
+    assert f"checkpoint: {tmp_path}/checkpoints/step_00000003" in out
+    assert "sample:\ndef" in out
+
+
+def test_overrides_and_config_file(tmp_path: Path) -> None:
+    options = tmp_path / "train.toml"
+    options.write_text('max-steps = 2\nkeep_last = 5\nset = ["rope_theta=500", "n_blocks=2"]\n')
+    args = cli_args(tmp_path / "run", "--config", str(options), "--set", "qk_norm=true")  # has n_blocks=1
+    assert main(args) == 0
+    meta = json.loads((list_checkpoints(tmp_path / "run")[-1] / "config.json").read_text())
+    assert meta["step"] == 2 and meta["train"]["keep_last"] == 5
+    assert meta["model"]["rope_theta"] == 500.0 and meta["model"]["qk_norm"] is True
+    assert meta["model"]["n_blocks"] == 1  # the command line wins over the file
+    table = tmp_path / "table.toml"
+    table.write_text("max-steps = 1\n[set]\nsliding_window = 8\n")
+    assert main([*cli_args(tmp_path / "run2"), "--config", str(table)]) == 0
+    meta = json.loads((list_checkpoints(tmp_path / "run2")[-1] / "config.json").read_text())
+    assert meta["model"]["sliding_window"] == 8
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--set", "nope=1"], "unknown model field 'nope'"),
+    (["--set", "n_head=3"], "n_head"),
+    (["--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--seq-len", "64"], "exceeds the model's context_length 32"),
+    (["--device", "cuda:7"], "cuda"),
+    (["--fsdp"], "torchrun"),
+])
+def test_user_mistakes_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str],
+                                    message: str) -> None:
+    assert main(cli_args(tmp_path, "--max-steps", "1", *extra)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("tinylm: error:") and message in err[-1], err
+    assert "Traceback" not in "\n".join(err)
+
+
+def test_exit_codes_for_nan_and_interrupt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def nan(module: torch.nn.Module, args: Any, output: Any) -> Any:
+        return (output[0], output[1] * float("nan")) if module.training else None
+
+    monkeypatch.setattr(loop, "build_model", hooked_build_model(nan))
+    assert main(cli_args(tmp_path / "nan", "--max-steps", "3")) == 1
+    assert not list_checkpoints(tmp_path / "nan")  # nothing good to keep: nothing saved
+
+    def ctrl_c(module: torch.nn.Module, args: Any, output: Any) -> None:
+        if module.training:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(loop, "build_model", hooked_build_model(ctrl_c))
+    assert main(cli_args(tmp_path / "int", "--max-steps", "3")) == 130
+    assert [p.name for p in list_checkpoints(tmp_path / "int")] == ["step_00000001"]
+
+
+def test_plot_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_training(config(tmp_path / "a", max_steps=3))
+    run_training(config(tmp_path / "b", max_steps=2))
+    (tmp_path / "a" / "loss.png").unlink()
+    assert main(["plot", str(tmp_path / "a")]) == 0
+    assert (tmp_path / "a" / "loss.png").is_file()
+    assert main(["plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "ab.png")]) == 0
+    assert (tmp_path / "ab.png").stat().st_size > 1000
+    assert main(["plot", str(tmp_path / "missing")]) == 1
+    assert "no metrics.jsonl" in capsys.readouterr().err
+
+
+def test_cli_choices_match_the_engine() -> None:
+    assert OPTIMIZERS == optim.OPTIMIZERS
+
+
+def test_sigkill_between_checkpoints_then_resume_is_bit_identical(tmp_path: Path) -> None:
+    """Kill -9 a run after step 7 (checkpoint at 5), resume: every loss equals an uninterrupted run's."""
+    schedule = ["--schedule-steps", "12", "--checkpoint-every", "5"]
+    run_training(config(tmp_path / "straight", max_steps=12, schedule_steps=12, checkpoint_every=5))
+
+    killed = tmp_path / "killed"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "tinylm", *cli_args(killed, "--max-steps", "100000", *schedule)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if (killed / "metrics.jsonl").is_file() and any(r.get("step", 0) >= 7 for r in rows(killed)):
+                break
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    saved = list_checkpoints(killed)
+    assert saved and int(saved[-1].name.split("_")[1]) % 5 == 0
+    assert max(r["step"] for r in rows(killed)) > int(saved[-1].name.split("_")[1])  # killed past a checkpoint
+
+    assert main(cli_args(killed, "--max-steps", "12", "--resume", "latest", *schedule)) == 0
+    assert [r["step"] for r in rows(killed) if "loss" in r] == list(range(1, 13))
+    assert losses(killed) == losses(tmp_path / "straight")

@@ -1,0 +1,192 @@
+"""Corpora: the embedded stdlib, local files of every kind, Hugging Face datasets (local, no network)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from tinylm.data.corpus import open_corpus
+from tinylm.data.hf import parse_hf_spec
+from tinylm.data.pystdlib import stdlib_files
+from tinylm.data.text import decode_text
+from tinylm.errors import TinyLMError
+
+
+def docs(spec: str, text_field: str = "text") -> list[str]:
+    return list(open_corpus(spec, text_field).documents())
+
+
+def test_pystdlib_is_the_stdlib_without_tests() -> None:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = stdlib_files()
+    rel = [p.relative_to(root).as_posix() for p in files]
+    assert rel == sorted(rel) and "os.py" in rel and "json/decoder.py" in rel
+    assert not [r for r in rel if {"test", "tests", "site-packages"} & set(r.split("/")[:-1])]
+    assert not [r for r in rel if any(part.endswith("_test") for part in r.split("/")[:-1])]
+    size = sum(p.stat().st_size for p in files)
+    assert 5e6 < size < 30e6, f"pystdlib is {size / 1e6:.1f} MB"
+    corpus = open_corpus("pystdlib")
+    assert corpus.spec == "pystdlib" and corpus.total_bytes == size
+    first = next(corpus.documents())
+    assert first == files[0].read_text(encoding="utf-8") or not files[0].read_text(encoding="utf-8").strip()
+
+
+def test_text_files_folder_order_and_hidden(tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "b" / "z.md").write_text("# zed\n")
+    (tmp_path / "a.txt").write_text("first\r\nkeeps CRLF\n")
+    (tmp_path / "c.py").write_text("print('c')\n")
+    (tmp_path / ".git" / "x.txt").write_text("hidden\n")
+    (tmp_path / ".secret.txt").write_text("hidden too\n")
+    (tmp_path / "notes.csv").write_text("skipped,kind\n")
+    (tmp_path / "empty.txt").write_text("  \n\t")
+    corpus = open_corpus(str(tmp_path))
+    assert list(corpus.documents()) == ["first\r\nkeeps CRLF\n", "# zed\n", "print('c')\n"]
+    assert corpus.stats.empty == 1
+    assert corpus.spec == str(tmp_path.absolute())
+    assert docs(str(tmp_path / "a.txt")) == ["first\r\nkeeps CRLF\n"]
+    assert docs(str(tmp_path / "**" / "*.md")) == ["# zed\n"]
+
+
+def test_fingerprint_follows_the_files(tmp_path: Path) -> None:
+    file = tmp_path / "a.txt"
+    file.write_text("one")
+    before = open_corpus(str(tmp_path)).fingerprint
+    assert open_corpus(str(tmp_path)).fingerprint == before
+    file.write_text("one, longer")
+    assert open_corpus(str(tmp_path)).fingerprint != before
+
+
+def test_jsonl_and_text_field(tmp_path: Path) -> None:
+    rows = [{"text": "alpha", "body": "A"}, {"text": "beta\nwith newline \u2028 sep", "body": "B"}]
+    lines = [json.dumps(r) for r in rows]
+    (tmp_path / "d.jsonl").write_text(lines[0] + "\n\n" + lines[1] + "\n")
+    assert docs(str(tmp_path / "d.jsonl")) == ["alpha", "beta\nwith newline \u2028 sep"]
+    assert docs(str(tmp_path / "d.jsonl"), text_field="body") == ["A", "B"]
+    with pytest.raises(TinyLMError, match=r"d.jsonl:1: no 'content' field \(found: text, body\)"):
+        docs(str(tmp_path / "d.jsonl"), text_field="content")
+    (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"text": \n')
+    with pytest.raises(TinyLMError, match=r"bad.jsonl:2: not valid JSON"):
+        docs(str(tmp_path / "bad.jsonl"))
+    (tmp_path / "num.jsonl").write_text('{"text": 5}\n')
+    with pytest.raises(TinyLMError, match="holds int, not text"):
+        docs(str(tmp_path / "num.jsonl"))
+    (tmp_path / "sur.jsonl").write_text('{"text": "a\\ud800b"}\n')
+    corpus = open_corpus(str(tmp_path / "sur.jsonl"))
+    assert list(corpus.documents()) == ["a\ufffdb"] and corpus.stats.replaced == 1
+
+
+def test_parquet(tmp_path: Path) -> None:
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["one", None, "two"], "n": [1, 2, 3]}), tmp_path / "d.parquet")
+    assert docs(str(tmp_path / "d.parquet")) == ["one", "two"]
+    with pytest.raises(TinyLMError, match=r"no 'body' column \(found: text, n\)"):
+        docs(str(tmp_path / "d.parquet"), text_field="body")
+    with pytest.raises(TinyLMError, match="holds int"):
+        docs(str(tmp_path / "d.parquet"), text_field="n")
+    (tmp_path / "broken.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(TinyLMError, match="not a readable Parquet file"):
+        docs(str(tmp_path / "broken.parquet"))
+
+
+def test_undecodable_bytes_rule(tmp_path: Path) -> None:
+    assert decode_text(b"\xef\xbb\xbfhello", "f") == ("hello", False)  # BOM dropped
+    assert decode_text("café".encode(), "f") == ("café", False)
+    # a Latin-1 byte and a cut-off emoji
+    assert decode_text(b"caf\xe9 ok \xf0\x9f", "f") == ("caf\ufffd ok \ufffd", True)
+    (tmp_path / "latin1.txt").write_bytes("naïve café".encode("latin-1"))
+    corpus = open_corpus(str(tmp_path))
+    assert list(corpus.documents()) == ["na\ufffdve caf\ufffd"] and corpus.stats.replaced == 1
+
+
+def test_bad_local_specs(tmp_path: Path) -> None:
+    with pytest.raises(TinyLMError, match="corpus not found"):
+        open_corpus(str(tmp_path / "nope"))
+    with pytest.raises(TinyLMError, match="empty"):
+        open_corpus("  ")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TinyLMError, match="holds no"):
+        open_corpus(str(tmp_path / "empty"))
+    with pytest.raises(TinyLMError, match="no .* files match"):
+        open_corpus(str(tmp_path / "*.txt"))
+    (tmp_path / "data.csv").write_text("a,b\n")
+    with pytest.raises(TinyLMError, match="unsupported file type '.csv'"):
+        open_corpus(str(tmp_path / "data.csv"))
+    (tmp_path / "blob.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    with pytest.raises(TinyLMError, match=r"blob.txt looks like a binary file"):
+        docs(str(tmp_path / "blob.txt"))
+
+
+def test_hf_spec_parsing() -> None:
+    assert parse_hf_spec("hf:roneneldan/TinyStories") == ("roneneldan/TinyStories", None, "train")
+    assert parse_hf_spec("hf:wikitext:wikitext-2-raw-v1") == ("wikitext", "wikitext-2-raw-v1", "train")
+    assert parse_hf_spec("hf:name::validation") == ("name", None, "validation")
+    for bad in ("hf:", "hf::x", "hf:a:b:c:d"):
+        with pytest.raises(TinyLMError, match="expected hf:NAME"):
+            parse_hf_spec(bad)
+
+
+@pytest.fixture
+def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`datasets` writes lock files into its cache: keep them out of the real home."""
+    datasets = pytest.importorskip("datasets")
+    cache = tmp_path / "hf-cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    return cache
+
+
+def test_hf_local_data_files(tmp_path: Path, hf_cache: Path) -> None:
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text("".join(json.dumps({"text": f"story {i}"}) + "\n" for i in range(3)))
+    (folder / "validation.jsonl").write_text(json.dumps({"text": "held out"}) + "\n")
+    corpus = open_corpus(f"hf:{folder}")
+    assert corpus.spec == f"hf:{folder}::train"
+    assert list(corpus.documents()) == ["story 0", "story 1", "story 2"]
+    assert list(corpus.documents()) == ["story 0", "story 1", "story 2"]  # readable twice
+    assert docs(f"hf:{folder}::validation") == ["held out"]
+    with pytest.raises(TinyLMError, match="no 'body' field"):
+        docs(f"hf:{folder}", text_field="body")
+    with pytest.raises(TinyLMError, match="cannot read Hugging Face dataset.*nosuch"):
+        open_corpus(f"hf:{folder}::nosuch")
+
+
+def test_hf_local_files_use_the_packaged_builders(tmp_path: Path, hf_cache: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "rows.jsonl").write_text('{"text": "json row"}\n{"text": "two"}\n')
+    pq.write_table(pa.table({"content": ["parquet row"]}), tmp_path / "rows.parquet")
+    (tmp_path / "notes.xyz").write_text("?")
+    assert docs(f"hf:{tmp_path / 'rows.jsonl'}") == ["json row", "two"]
+    assert docs(f"hf:{tmp_path / 'rows.parquet'}::validation", text_field="content") == ["parquet row"]
+    with pytest.raises(TinyLMError, match="no builder for .xyz files"):
+        open_corpus(f"hf:{tmp_path / 'notes.xyz'}")
+    before = open_corpus(f"hf:{tmp_path / 'rows.jsonl'}").fingerprint
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"text": "changed"}) + "\n")
+    assert open_corpus(f"hf:{tmp_path / 'rows.jsonl'}").fingerprint != before
+
+
+def test_hf_saved_to_disk(tmp_path: Path, hf_cache: Path) -> None:
+    import datasets
+
+    data = datasets.Dataset.from_dict({"text": ["x y", "z"], "n": [1, 2]})
+    datasets.DatasetDict({"train": data, "test": data.select([1])}).save_to_disk(str(tmp_path / "saved"))
+    assert docs(f"hf:{tmp_path / 'saved'}") == ["x y", "z"]
+    assert docs(f"hf:{tmp_path / 'saved'}::test") == ["z"]
+    with pytest.raises(TinyLMError, match="holds int"):
+        docs(f"hf:{tmp_path / 'saved'}", text_field="n")
+
+
+def test_hf_offline_fails_with_one_line(hf_cache: Path) -> None:
+    assert os.environ.get("HF_DATASETS_OFFLINE") == "1"  # conftest: no test reaches the network
+    with pytest.raises(TinyLMError, match="offline") as info:
+        open_corpus("hf:tinylm-tests/no-such-dataset")
+    assert "\n" not in str(info.value)

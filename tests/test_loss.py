@@ -1,0 +1,109 @@
+"""The chunked output-head loss equals `F.cross_entropy` on the full logits: value and every gradient."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tinylm.models.factory import build_model
+from tinylm.models.loss import chunked_cross_entropy, default_chunk_rows
+from tinylm.presets import preset_config
+
+
+def _inputs(rows: int = 37, dim: int = 16, vocab: int = 101, bias: bool = True, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(rows, dim, generator=g).requires_grad_()
+    weight = torch.randn(vocab, dim, generator=g).requires_grad_()
+    b = torch.randn(vocab, generator=g).requires_grad_() if bias else None
+    targets = torch.randint(0, vocab, (rows,), generator=g)
+    targets[::5] = -1  # ignored positions
+    return hidden, weight, b, targets
+
+
+def _reference(hidden, weight, bias, targets):
+    return F.cross_entropy(F.linear(hidden, weight, bias).float(), targets, ignore_index=-1)
+
+
+def _grads(loss, tensors):
+    return torch.autograd.grad(loss, [t for t in tensors if t is not None])
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 8, 37, 1000])
+@pytest.mark.parametrize("bias", [True, False])
+def test_value_and_gradients_match_full_logits(chunk_rows: int, bias: bool) -> None:
+    hidden, weight, b, targets = _inputs(bias=bias)
+    expected = _reference(hidden, weight, b, targets)
+    got = chunked_cross_entropy(hidden, weight, targets, b, chunk_rows=chunk_rows)
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+    for g_got, g_ref in zip(_grads(got, (hidden, weight, b)), _grads(expected, (hidden, weight, b))):
+        torch.testing.assert_close(g_got, g_ref, rtol=1e-5, atol=1e-6)
+
+
+def test_gradient_follows_the_incoming_gradient() -> None:
+    """backward scales the stored gradients: 3 * loss + loss^2 differentiates like the reference."""
+    hidden, weight, b, targets = _inputs()
+    got = chunked_cross_entropy(hidden, weight, targets, b, chunk_rows=7)
+    expected = _reference(hidden, weight, b, targets)
+    for g_got, g_ref in zip(_grads(3 * got + got**2, (hidden, weight)), _grads(3 * expected + expected**2,
+                                                                                (hidden, weight))):
+        torch.testing.assert_close(g_got, g_ref, rtol=1e-5, atol=1e-6)
+
+
+def test_batched_shapes_and_no_grad_path() -> None:
+    hidden, weight, b, targets = _inputs(rows=24)
+    with torch.no_grad():
+        got = chunked_cross_entropy(hidden.view(2, 12, -1), weight, targets.view(2, 12), b, chunk_rows=5)
+        torch.testing.assert_close(got, _reference(hidden, weight, b, targets), rtol=1e-6, atol=1e-6)
+
+
+def test_all_targets_ignored_is_nan_like_torch() -> None:
+    hidden, weight, b, targets = _inputs()
+    targets[:] = -1
+    assert math.isnan(_reference(hidden, weight, b, targets).item())
+    assert math.isnan(chunked_cross_entropy(hidden, weight, targets, b).item())
+
+
+def test_bf16_autocast_matches_autocast_reference() -> None:
+    """Under autocast the head's matmuls run in bf16 both ways; results agree to bf16 precision."""
+    hidden, weight, b, targets = _inputs(rows=64, dim=32, vocab=300)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = _reference(hidden, weight, b, targets)
+        got = chunked_cross_entropy(hidden, weight, targets, b, chunk_rows=16)
+    torch.testing.assert_close(got, expected, rtol=2e-3, atol=2e-3)
+    for g_got, g_ref in zip(_grads(got, (hidden, weight, b)), _grads(expected, (hidden, weight, b))):
+        assert g_got.dtype == g_ref.dtype
+        torch.testing.assert_close(g_got, g_ref, rtol=2e-2, atol=2e-4)
+
+
+def test_default_chunk_rows_shrinks_with_vocabulary() -> None:
+    assert default_chunk_rows(50304) < default_chunk_rows(4096)
+    assert default_chunk_rows(10**9) >= 1
+
+
+@pytest.mark.parametrize("arch,overrides", [
+    ("classic", {}),
+    ("modern", {}),
+    ("modern", {"n_experts": 4, "n_experts_per_token": 2}),  # the balance loss is added on top
+])
+def test_model_forward_without_logits_trains_identically(arch: str, overrides: dict) -> None:
+    config = preset_config("tiny", arch, vocab_size=512, n_embed=32, n_head=2, n_blocks=1, context_length=32,
+                           **({"n_kv_head": 1} if arch == "modern" else {}), **overrides)
+    torch.manual_seed(0)
+    model = build_model(config).train()
+    idx = torch.randint(0, 512, (2, 32))
+    targets = torch.randint(0, 512, (2, 32))
+    results = []
+    for return_logits in (True, False):
+        model.zero_grad(set_to_none=True)
+        logits, loss = model(idx, targets, return_logits=return_logits)
+        loss.backward()
+        results.append((logits, loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (logits, loss_full, grads_full), (no_logits, loss_chunked, grads_chunked) = results
+    assert logits.shape == (2, 32, 512) and no_logits is None
+    torch.testing.assert_close(loss_chunked, loss_full, rtol=1e-6, atol=1e-6)
+    assert grads_full.keys() == grads_chunked.keys()
+    for name in grads_full:
+        torch.testing.assert_close(grads_chunked[name], grads_full[name], rtol=1e-4, atol=1e-6, msg=name)

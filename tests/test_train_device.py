@@ -1,0 +1,108 @@
+"""Device choice, dtype policy, peak FLOP/s and MFU (no GPU needed: CUDA is faked where it matters)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from tinylm import device as dev
+from tinylm.errors import TinyLMError
+from tinylm.train.mfu import model_flops_utilization
+
+
+def test_auto_prefers_cuda_then_mps_then_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert dev.pick_device("auto") == torch.device("cpu")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert dev.pick_device("auto") == torch.device("mps")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert dev.pick_device("auto") == torch.device("cuda")
+
+
+def test_unavailable_or_unknown_devices_are_user_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(TinyLMError, match="CUDA is not available"):
+        dev.pick_device("cuda")
+    with pytest.raises(TinyLMError, match="MPS"):
+        dev.pick_device("mps")
+    with pytest.raises(TinyLMError, match="unknown device"):
+        dev.pick_device("tpu7")
+    assert dev.pick_device("cpu") == torch.device("cpu")
+
+
+def test_dtype_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert dev.resolve_dtype(cpu, "auto") == torch.float32
+    assert dev.resolve_dtype(cpu, "bf16") == torch.bfloat16  # asked for explicitly: allowed
+    with pytest.raises(TinyLMError, match="fp16 needs a CUDA"):
+        dev.resolve_dtype(cpu, "fp16")
+    with pytest.raises(TinyLMError, match="unknown dtype"):
+        dev.resolve_dtype(cpu, "fp8")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert dev.resolve_dtype(cuda, "auto") == torch.bfloat16
+    assert dev.resolve_dtype(cuda, "fp16") == torch.float16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)  # a V100 or T4
+    assert dev.resolve_dtype(cuda, "auto") == torch.float32
+    with pytest.raises(TinyLMError, match="no bf16"):
+        dev.resolve_dtype(cuda, "bf16")
+
+
+def test_fp32_autocast_is_a_no_op() -> None:
+    with dev.autocast(torch.device("cpu"), torch.float32):
+        assert not torch.is_autocast_enabled("cpu")
+    with dev.autocast(torch.device("cpu"), torch.bfloat16):
+        assert torch.is_autocast_enabled("cpu")
+        assert (torch.ones(4, 4) @ torch.ones(4, 4)).dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(("name", "tflops"), [
+    ("NVIDIA H100 80GB HBM3", 989.4),
+    ("NVIDIA H100 PCIe", 756.0),
+    ("NVIDIA H100 NVL", 835.0),
+    ("NVIDIA H200", 989.4),
+    ("NVIDIA GH200 480GB", 989.4),
+    ("NVIDIA A100-SXM4-80GB", 312.0),
+    ("NVIDIA A100-PCIE-40GB", 312.0),
+    ("NVIDIA L40S", 362.05),
+    ("NVIDIA L40", 181.05),
+    ("NVIDIA L4", 121.0),
+    ("NVIDIA GeForce RTX 4090", 165.2),
+])
+def test_datasheet_bf16_peaks(name: str, tflops: float) -> None:
+    assert dev.gpu_peak_from_name(name, "bf16") == pytest.approx(tflops * 1e12)
+
+
+def test_unknown_gpus_and_missing_tf32_give_none() -> None:
+    assert dev.gpu_peak_from_name("Some Future GPU") is None
+    assert dev.gpu_peak_from_name("NVIDIA A10G") is None
+    assert dev.gpu_peak_from_name("Tesla V100-SXM2-16GB", "fp32") is None
+    assert dev.gpu_peak_from_name("NVIDIA A100-SXM4-80GB", "fp32") == pytest.approx(156e12)
+
+
+def test_cpu_peak_is_measured_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TINYLM_PEAK_FLOPS", raising=False)
+    dev.measure_cpu_peak_flops.cache_clear()
+    first = dev.peak_flops(torch.device("cpu"))
+    assert first is not None and 1e8 < first < 1e14  # somewhere between a phone and a server
+    start = time.perf_counter()
+    assert dev.peak_flops(torch.device("cpu")) == first  # cached: same number, no new measurement
+    assert time.perf_counter() - start < 0.05
+
+
+def test_peak_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINYLM_PEAK_FLOPS", "3.5e14")
+    assert dev.peak_flops(torch.device("cpu")) == 3.5e14
+    monkeypatch.setenv("TINYLM_PEAK_FLOPS", "fast")
+    with pytest.raises(TinyLMError, match="not a number"):
+        dev.peak_flops(torch.device("cpu"))
+
+
+def test_mfu() -> None:
+    # 6e6 FLOPs/token at 1e5 tokens/s on 2 devices of 1e12 peak = 30%
+    assert model_flops_utilization(6e6, 1e5, 1e12, n_devices=2) == pytest.approx(0.3)
+    assert model_flops_utilization(6e6, 1e5, None) is None
+    assert model_flops_utilization(6e6, 0.0, 1e12) is None
