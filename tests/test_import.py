@@ -151,3 +151,25 @@ def test_weights_that_do_not_fit_the_config(tmp_path: Path, capsys) -> None:
     save_hf_model(tmp_path / "hf", "LlamaForCausalLM")
     edit_config(tmp_path / "hf", intermediate_size=64)
     assert "shape" in refused(tmp_path, capsys, tmp_path / "hf")
+
+
+@pytest.mark.parametrize("lr", [1e-12, 1e-2])
+def test_imported_checkpoint_trains_with_resume(tmp_path: Path, lr: float) -> None:
+    """`tinylm train --resume IMPORTED` starts from the imported weights, not from a fresh initialization:
+    with a vanishing learning rate they come out unchanged (to 1e-9), with a real one they move."""
+    from test_train_support import data_dir
+    from tinylm.train.checkpoint import read_weights
+
+    save_hf_model(tmp_path / "hf", "LlamaForCausalLM")
+    assert main(["import", str(tmp_path / "hf"), "--out", str(tmp_path / "imported")]) == 0
+    imported = resolve_checkpoint(tmp_path / "imported")
+    out = tmp_path / "tuned"
+    argv = ["train", "--data", str(data_dir()), "--out", str(out), "--resume", str(imported), "--max-steps", "2",
+            "--batch-size", "2", "--seq-len", "16", "--lr", str(lr), "--warmup-steps", "0", "--eval-every", "0",
+            "--sample-tokens", "0", "--no-progress", "--threads", "1"]
+    assert main(argv) == 0
+    tuned = resolve_checkpoint(out)
+    assert checkpoint_model_config(tuned) == checkpoint_model_config(imported)
+    before, after = read_weights(imported), read_weights(tuned)
+    largest_change = max((before[name] - after[name]).abs().max().item() for name in before)
+    assert (largest_change > 1e-4) if lr > 1e-6 else (largest_change < 1e-9)

@@ -225,6 +225,11 @@ def load_weights(model: nn.Module, path: Path) -> None:
     model.load_state_dict(full_state_dict(model, read_weights(path), path), strict=True)
 
 
+def has_train_state(path: Path) -> bool:
+    """False for a weights-only checkpoint (e.g. one written by `tinylm import`)."""
+    return (path / TRAIN_STATE).is_file()
+
+
 def load_train_state(path: Path) -> dict[str, Any]:
     """train_state.pt with `weights_only=True`: tensors and containers, never arbitrary objects."""
     file = path / TRAIN_STATE

@@ -32,6 +32,7 @@ from tinylm.train.checkpoint import (
     TOKENIZER,
     check_same_model,
     checkpoint_model_config,
+    has_train_state,
     list_checkpoints,
     load_train_state,
     load_weights,
@@ -146,7 +147,9 @@ class _Run:
         self.run_dir = Path(all_gather_objects(str(chosen), env)[0])
         self.ckpt = find_resume_checkpoint(cfg.resume, self.run_dir)
         self.state: dict[str, Any] | None = None
-        if self.ckpt is not None:
+        if self.ckpt is not None and not has_train_state(self.ckpt):
+            self._adopt_weights_only_checkpoint()
+        elif self.ckpt is not None:
             check_same_model(checkpoint_model_config(self.ckpt), self.mcfg, self.ckpt)
             self.state = load_train_state(self.ckpt)
         elif cfg.resume is not None:
@@ -155,7 +158,7 @@ class _Run:
         self.data_dir = resolve_data_dir(cfg.data, self.mcfg, env, progress=cfg.progress)
         if env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            if self.ckpt is None:
+            if self.state is None:
                 (self.run_dir / METRICS).unlink(missing_ok=True)  # a fresh run starts a fresh log
             else:
                 truncate_after(self.run_dir, int(self.state["step"]))  # steps past the checkpoint are redone
@@ -208,6 +211,21 @@ class _Run:
             self._restore(self.state)
         self.peak = peak_flops(self.device, self.dtype)
         self.flops_per_token = raw.flops_per_token(self.seq_len)
+
+    def _adopt_weights_only_checkpoint(self) -> None:
+        """A checkpoint without train state (e.g. from `tinylm import`): its weights and model config,
+        with a fresh optimizer, schedule and step count, i.e. continued pretraining or fine-tuning."""
+        saved = checkpoint_model_config(self.ckpt)
+        if self.cfg.gradient_checkpointing:
+            saved = saved.replace(gradient_checkpointing=True)
+        self.mcfg = saved
+        self.seq_len = self.cfg.seq_len or saved.context_length
+        if self.seq_len > saved.context_length:
+            raise TinyLMError(f"--seq-len {self.seq_len} exceeds the checkpoint's context_length "
+                              f"{saved.context_length}")
+        self.tokens_per_step = self.cfg.batch_size * self.cfg.grad_accum * self.seq_len * self.env.world_size
+        self.say(f"{self.ckpt} holds weights only: training them from step 0 with a fresh optimizer "
+                 f"(model config taken from the checkpoint)")
 
     def _default_schedule_steps(self) -> int:
         if self.cfg.max_tokens is None:
