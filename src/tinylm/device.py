@@ -128,7 +128,7 @@ def gpu_peak_from_name(name: str, dtype_name: str = "bf16") -> float | None:
 
 
 @functools.lru_cache(maxsize=8)
-def measure_cpu_peak_flops(dtype_name: str = "fp32", size: int = 1024, seconds: float = 0.4) -> float:
+def measure_cpu_peak_flops(dtype_name: str = "fp32", size: int = 1024, seconds: float = 1.0) -> float:
     """The best FLOP/s of a square matmul on this CPU with the current thread count (measured, cached).
 
     The best of many runs, because other work on the machine only ever makes a run slower; on a
