@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -14,14 +13,7 @@ from tinylm.presets import preset_config
 from tinylm.train.muon import NS_COEFFS, Muon, newton_schulz
 from tinylm.train.optim import OptimizerList, build_optimizer, split_params
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny matmuls: one thread is faster than two that wait for each other on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def micro(arch: str, **kw: object):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,14 +16,7 @@ from tinylm.train.metrics import MetricsLogger, read_metrics, truncate_after
 from tinylm.train.plot import ema, plot_runs
 from tinylm.train.sample import sample_ids
 
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny matmuls: one thread is faster than two that wait for each other on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def write_run(run: Path, steps: int = 30) -> None:
