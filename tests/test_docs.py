@@ -5,7 +5,7 @@
 - every file of `src/tinylm/models/` is quoted or named on some page;
 - every test a page names (`tests/test_x.py::test_y`) exists;
 - every `tinylm report` output shown in a `console` block is what the command prints today;
-- the cheap figure script runs.
+- the cheap figure script runs, and the committed compare figure is shown with the command that made it.
 """
 
 from __future__ import annotations
@@ -166,3 +166,12 @@ def test_cheap_figures_are_generated(tmp_path: Path) -> None:
 def test_kv_cache_timeline_records_prefill_then_single_steps() -> None:
     figures = _load(ROOT / "scripts" / "make_figures.py")
     assert figures.kv_cache_calls(prompt_len=6, new_tokens=5) == [(0, 6), (6, 1), (7, 1), (8, 1), (9, 1), (10, 1)]
+
+
+def test_compare_figure_is_committed_and_shown_with_the_command_that_made_it() -> None:
+    figure = _load(ROOT / "scripts" / "make_compare_figure.py")
+    png = DOCS / "img" / "compare-loss.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", "docs/img/compare-loss.png missing: run the script"
+    page = (DOCS / "pipeline" / "compare.md").read_text(encoding="utf-8")
+    assert "../img/compare-loss.png" in page
+    assert "tinylm " + " ".join(figure.compare_command(300, 25, Path("compare"))) in page
