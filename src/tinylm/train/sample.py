@@ -1,47 +1,36 @@
 """A short sample at the end of training: the quickest check that a model learned something.
 
-Plain autoregressive sampling without a KV cache (each step re-reads the whole window), which is slow
-but obviously correct and works for both architectures; the generation engine in `tinylm.inference`
-is the fast path. Logits are divided by the temperature and cut to the top k before sampling. A
-private generator keeps sampling from disturbing the training RNG.
+It goes through the generation engine (`tinylm.inference.Engine`) with the model's own KV cache, and
+without the fused fast decoder, which would re-lay the weights of a model that may still be trained.
+The window slides one token at a time (keep = context length), as in nanoGPT. The engine samples
+with its own seeded generator, so sampling never disturbs the training RNG.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
+from tinylm.inference.engine import Engine
+from tinylm.inference.sampling import SamplingParams
 
-@torch.no_grad()
+
 def sample_ids(model: nn.Module, prompt: list[int], max_new_tokens: int, temperature: float = 0.8,
                top_k: int | None = 50, seed: int = 0, stop_id: int | None = None) -> list[int]:
-    """Continue `prompt` by up to `max_new_tokens` ids; temperature 0 is greedy."""
+    """Continue `prompt` by up to `max_new_tokens` ids (ending with `stop_id` if it came); 0 is greedy."""
     was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    window = model.config.context_length
-    generator = torch.Generator(device=device).manual_seed(seed)
-    idx = torch.tensor([prompt], dtype=torch.long, device=device)
-    out: list[int] = []
-    for _ in range(max_new_tokens):
-        logits, _ = model(idx[:, -window:])
-        logits = logits[0, -1].float()
-        if temperature <= 0:
-            next_id = int(logits.argmax())
-        else:
-            logits = logits / temperature
-            if top_k is not None and 0 < top_k < logits.numel():
-                kth = torch.topk(logits, top_k).values[-1]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            next_id = int(torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator))
-        out.append(next_id)
-        if stop_id is not None and next_id == stop_id:
-            break
-        idx = torch.cat([idx, torch.tensor([[next_id]], device=device)], dim=1)
-    model.train(was_training)
-    return out
+    try:
+        engine = Engine(model, fast=False, keep=model.config.context_length)
+        stops = () if stop_id is None else (stop_id,)
+        # as before: temperature <= 0 is greedy and top_k <= 0 means no cut, so a training run never fails late
+        sampling = SamplingParams(temperature=max(temperature, 0.0), top_k=top_k if top_k and top_k > 0 else None)
+        new = engine.generate([prompt], max_new_tokens, sampling, seed=seed, stop_ids=stops)[0]
+    finally:
+        model.train(was_training)
+    if stop_id is not None and len(new) < max_new_tokens:  # the engine drops the stop token that ended it
+        new.append(stop_id)
+    return new
 
 
 def sample_text(model: nn.Module, tokenizer: Any, prompt: str, max_new_tokens: int = 100,
