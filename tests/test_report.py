@@ -55,13 +55,24 @@ def test_human_readable_report(capsys: pytest.CaptureFixture[str]) -> None:
         (["report", "--set", "n_kv_head=3"], "invalid config: n_kv_head=3: must divide n_head=4"),
         (["report", "--preset", "huge"], "unknown preset 'huge'"),
         (["report", "--set", "colour=blue"], "unknown model field 'colour'"),
-        (["report", "--checkpoint", "/nonexistent/run"], "no checkpoint found"),
+        (["report", "--checkpoint", "/nonexistent/run"], "checkpoint not found: /nonexistent/run"),
     ],
 )
 def test_bad_input_is_one_clear_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 1
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_report_of_a_run_folder_reads_its_newest_checkpoint(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tinylm.models.factory import build_model
+    from tinylm.train.checkpoint import save_checkpoint
+
+    config = preset_config("tiny", "modern", n_blocks=1, vocab_size=256)
+    save_checkpoint(tmp_path / "run", 5, build_model(config), config)
+    assert main(["report", "--checkpoint", str(tmp_path / "run"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["config"] == config.to_dict()
 
 
 def test_config_file_sets_options(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:

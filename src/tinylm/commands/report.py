@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 HELP = "parameters, FLOPs per token and memory estimate for a preset or checkpoint"
 
@@ -30,19 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _config_from_checkpoint(path: str):
-    from tinylm.config import ModelConfig
-    from tinylm.errors import TinyLMError
+    """The model config of a checkpoint or of a run folder's newest one (no weights are read)."""
+    from tinylm.train.checkpoint import checkpoint_model_config, resolve_checkpoint
 
-    root = Path(path)
-    candidates = [root / "config.json"] + sorted(root.glob("**/config.json"), reverse=True)
-    for file in candidates:
-        if file.is_file():
-            try:
-                data = json.loads(file.read_text())
-                return ModelConfig.from_dict(data["model"])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise TinyLMError(f"corrupt checkpoint config {file}: {exc}") from None
-    raise TinyLMError(f"no checkpoint found at {path}")
+    return checkpoint_model_config(resolve_checkpoint(path))
 
 
 def build_report(config, batch_size: int = 8, seq_len: int | None = None, activation_bytes: int = 4) -> dict:
