@@ -38,7 +38,7 @@ def test_in_process_replies_match_the_engine_on_the_trimmed_history(run_dir: Pat
     from tinylm.inference.engine import Engine
     from tinylm.inference.sampling import GREEDY
     from tinylm.inference.streaming import TextStream
-    from tinylm.train.checkpoint import load_model
+    from tinylm.checkpoint import load_model
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("class Point:\n/reset\nx = 1\n"))
     assert main(["chat", "--checkpoint", str(run_dir), "--temperature", "0", "--max-new-tokens", "8"]) == 0

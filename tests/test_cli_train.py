@@ -18,7 +18,7 @@ from test_train_support import cli_args, config, hooked_build_model, losses, row
 from tinylm.cli import main
 from tinylm.commands.train import OPTIMIZERS
 from tinylm.train import loop, optim
-from tinylm.train.checkpoint import list_checkpoints
+from tinylm.checkpoint import list_checkpoints
 from tinylm.train.loop import run_training
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from test_train_support import cli_args, config, losses, rows
-from tinylm.train.checkpoint import list_checkpoints, load_model, load_train_state
+from tinylm.checkpoint import list_checkpoints, load_model, load_train_state
 from tinylm.train.loop import run_training
 
 STEPS = 6

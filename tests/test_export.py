@@ -12,7 +12,7 @@ from model_variants import BASE, classic_config, modern_config
 from tinylm.cli import main
 from tinylm.config import ModelConfig
 from tinylm.models.factory import build_model
-from tinylm.train.checkpoint import save_checkpoint
+from tinylm.checkpoint import save_checkpoint
 
 transformers = pytest.importorskip("transformers")
 

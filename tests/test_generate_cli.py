@@ -13,7 +13,7 @@ from tinylm.inference.engine import Engine
 from tinylm.inference.sampling import GREEDY
 from tinylm.models.factory import build_model
 from tinylm.tokenizer import train_bpe
-from tinylm.train.checkpoint import save_checkpoint
+from tinylm.checkpoint import save_checkpoint
 
 CORPUS = ["def add(a, b):\n    return a + b\n", "class Point:\n    x: int = 0\n", "print('héllo wörld')\n"] * 30
 
@@ -47,7 +47,7 @@ def test_greedy_output_is_prompt_plus_the_engines_continuation(run_dir: Path, ca
     code, out, err = _generate(capsys, "--checkpoint", str(run_dir), "--prompt", "def add(", "--temperature", "0",
                                "--max-new-tokens", "30")
     assert code == 0, err
-    from tinylm.train.checkpoint import load_model
+    from tinylm.checkpoint import load_model
 
     model, tokenizer, _ = load_model(run_dir)
     ids = Engine(model).generate([tokenizer.encode("def add(")], 30, GREEDY, stop_ids=[tokenizer.eot_id])[0]

@@ -11,7 +11,7 @@ import torch
 from test_export import CONFIGS, EOT, VARIED_TEXT, encode, make_checkpoint, train_tokenizer
 from tinylm.cli import main
 from tinylm.models.factory import build_model
-from tinylm.train.checkpoint import TRAIN_STATE, checkpoint_model_config, load_weights, read_weights, resolve_checkpoint
+from tinylm.checkpoint import TRAIN_STATE, checkpoint_model_config, load_weights, read_weights, resolve_checkpoint
 
 transformers = pytest.importorskip("transformers")
 
@@ -158,7 +158,7 @@ def test_imported_checkpoint_trains_with_resume(tmp_path: Path, lr: float) -> No
     """`tinylm train --resume IMPORTED` starts from the imported weights, not from a fresh initialization:
     with a vanishing learning rate they come out unchanged (to 1e-9), with a real one they move."""
     from test_train_support import data_dir
-    from tinylm.train.checkpoint import read_weights
+    from tinylm.checkpoint import read_weights
 
     save_hf_model(tmp_path / "hf", "LlamaForCausalLM")
     assert main(["import", str(tmp_path / "hf"), "--out", str(tmp_path / "imported")]) == 0

@@ -15,7 +15,7 @@ import torch
 from test_train_support import MICRO, config, data_dir, hooked_build_model, losses, rows
 from tinylm.errors import TinyLMError
 from tinylm.train import loop
-from tinylm.train.checkpoint import list_checkpoints, load_model, load_train_state
+from tinylm.checkpoint import list_checkpoints, load_model, load_train_state
 from tinylm.train.loop import run_training
 from tinylm.train.schedule import LRSchedule
 

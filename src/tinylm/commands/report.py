@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _config_from_checkpoint(path: str):
     """The model config of a checkpoint or of a run folder's newest one (no weights are read)."""
-    from tinylm.train.checkpoint import checkpoint_model_config, resolve_checkpoint
+    from tinylm.checkpoint import checkpoint_model_config, resolve_checkpoint
 
     return checkpoint_model_config(resolve_checkpoint(path))
 

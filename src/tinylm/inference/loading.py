@@ -19,7 +19,7 @@ from tinylm.errors import TinyLMError
 def load_for_generation(path: str, int8: bool = False, device: str = "auto") -> tuple[nn.Module, Any, dict[str, Any]]:
     """(model in eval mode, tokenizer, checkpoint metadata) for `tinylm generate` / `tinylm chat`."""
     from tinylm.device import pick_device, supports_bf16
-    from tinylm.train.checkpoint import load_model
+    from tinylm.checkpoint import load_model
 
     target = pick_device(device)
     try:

@@ -29,7 +29,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str | None = None) -> tuple[Path, str]:
     """Write `out` from a checkpoint (or the newest one of a run folder); return (out, transformers class)."""
     from tinylm.models.factory import build_model
-    from tinylm.train.checkpoint import (
+    from tinylm.checkpoint import (
         TOKENIZER,
         checkpoint_model_config,
         full_state_dict,

@@ -64,7 +64,7 @@ def read_hf_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
 def import_hf(hf_dir: str | Path, out: str | Path) -> tuple[Path, str]:
     """Write the tinylm run folder `out` from a transformers folder; return (checkpoint path, source class)."""
     from tinylm.models.factory import build_model
-    from tinylm.train.checkpoint import checkpoint_name, full_state_dict, save_checkpoint
+    from tinylm.checkpoint import checkpoint_name, full_state_dict, save_checkpoint
 
     hf_dir = Path(hf_dir)
     config = config_from_hf(read_hf_config(hf_dir))

@@ -28,7 +28,7 @@ from tinylm.config import ModelConfig
 from tinylm.device import autocast, configure_backends, describe, empty_cache, peak_flops, resolve_dtype
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
-from tinylm.train.checkpoint import (
+from tinylm.checkpoint import (
     TOKENIZER,
     check_same_model,
     checkpoint_model_config,

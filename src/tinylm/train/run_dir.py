@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
-from tinylm.train.checkpoint import list_checkpoints, resolve_checkpoint
+from tinylm.checkpoint import list_checkpoints, resolve_checkpoint
 
 
 def _default_candidates(base: Path) -> list[Path]:
