@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from test_train_support import cli_args, config, hooked_build_model, losses, rows
+from tinylm.checkpoint import list_checkpoints
 from tinylm.cli import main
 from tinylm.commands.train import OPTIMIZERS
-from tinylm.train import loop, optim
-from tinylm.checkpoint import list_checkpoints
+from tinylm.train import optim, pretrain
 from tinylm.train.loop import run_training
 
 
@@ -66,7 +66,7 @@ def test_exit_codes_for_nan_and_interrupt(tmp_path: Path, monkeypatch: pytest.Mo
     def nan(module: torch.nn.Module, args: Any, output: Any) -> Any:
         return (output[0], output[1] * float("nan")) if module.training else None
 
-    monkeypatch.setattr(loop, "build_model", hooked_build_model(nan))
+    monkeypatch.setattr(pretrain, "build_model", hooked_build_model(nan))
     assert main(cli_args(tmp_path / "nan", "--max-steps", "3")) == 1
     assert not list_checkpoints(tmp_path / "nan")  # nothing good to keep: nothing saved
 
@@ -74,7 +74,7 @@ def test_exit_codes_for_nan_and_interrupt(tmp_path: Path, monkeypatch: pytest.Mo
         if module.training:
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(loop, "build_model", hooked_build_model(ctrl_c))
+    monkeypatch.setattr(pretrain, "build_model", hooked_build_model(ctrl_c))
     assert main(cli_args(tmp_path / "int", "--max-steps", "3")) == 130
     assert [p.name for p in list_checkpoints(tmp_path / "int")] == ["step_00000001"]
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from test_train_support import MICRO, config, data_dir, hooked_build_model, losses, rows
-from tinylm.errors import TinyLMError
-from tinylm.train import loop
 from tinylm.checkpoint import list_checkpoints, load_model, load_train_state
+from tinylm.errors import TinyLMError
+from tinylm.train import pretrain
 from tinylm.train.loop import run_training
 from tinylm.train.schedule import LRSchedule
 
@@ -99,7 +99,7 @@ def test_grad_accum_counts_tokens_per_optimizer_step(tmp_path: Path) -> None:
 
 
 def test_time_budget_stops_cleanly_and_saves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(loop, "build_model", hooked_build_model(training_calls(1, lambda o, n: time.sleep(0.05))))
+    monkeypatch.setattr(pretrain, "build_model", hooked_build_model(training_calls(1, lambda o, n: time.sleep(0.05))))
     start = time.perf_counter()
     summary = run_training(config(tmp_path, max_steps=10_000, time_budget=0.6))
     elapsed = time.perf_counter() - start
@@ -117,7 +117,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path: Path, monke
         logits, loss = output
         return (logits, loss * float("nan")) if n == 5 else None
 
-    monkeypatch.setattr(loop, "build_model", hooked_build_model(training_calls(1, poison)))
+    monkeypatch.setattr(pretrain, "build_model", hooked_build_model(training_calls(1, poison)))
     summary = run_training(config(tmp_path, max_steps=10, checkpoint_every=2))
     assert summary.stopped == "nan" and summary.steps == 4
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step_00000002", "step_00000004"]
@@ -136,7 +136,7 @@ def test_ctrl_c_saves_and_resumes_exactly(tmp_path: Path, monkeypatch: pytest.Mo
             os.kill(os.getpid(), signal.SIGINT)  # delivered mid-step, as a real Ctrl-C would be
 
     with monkeypatch.context() as m:
-        m.setattr(loop, "build_model", hooked_build_model(training_calls(1, interrupt)))
+        m.setattr(pretrain, "build_model", hooked_build_model(training_calls(1, interrupt)))
         summary = run_training(config(tmp_path / "stopped", max_steps=6))
     assert summary.stopped == "interrupted" and summary.steps == 3
     assert list_checkpoints(tmp_path / "stopped")[-1].name == "step_00000003"
@@ -149,7 +149,7 @@ def test_out_of_memory_names_the_flags_that_help(tmp_path: Path, monkeypatch: py
     def oom(output: Any, n: int) -> None:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr(loop, "build_model", hooked_build_model(training_calls(1, oom)))
+    monkeypatch.setattr(pretrain, "build_model", hooked_build_model(training_calls(1, oom)))
     with pytest.raises(TinyLMError, match="out of memory") as err:
         run_training(config(tmp_path, batch_size=8))
     assert "--batch-size 4 --grad-accum 2" in str(err.value) and "--gradient-checkpointing" in str(err.value)
@@ -159,7 +159,7 @@ def test_bad_data_is_refused_before_the_model_is_built(tmp_path: Path, monkeypat
     def never(*args: Any) -> None:
         raise AssertionError("the model was built before the data was checked")
 
-    monkeypatch.setattr(loop, "build_model", never)
+    monkeypatch.setattr(pretrain, "build_model", never)
     with pytest.raises(TinyLMError, match="vocab_size"):
         run_training(config(tmp_path, overrides={**MICRO, "vocab_size": 64}))
     with pytest.raises(TinyLMError, match="data folder not found"):

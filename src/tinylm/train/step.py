@@ -1,24 +1,25 @@
 """One optimizer step's worth of gradients: micro-batches, accumulation, clipping.
 
-Gradient accumulation runs `n` micro-batches before one optimizer step. Each micro-batch loss is a
-mean over its own tokens, so dividing it by `n` before `backward` makes the summed gradients equal
-the gradient of the mean loss over all `n` micro-batches, exactly what one big batch would give
-(micro-batches of packed text all have the same number of target tokens). Under DDP/FSDP the
-gradient all-reduce is skipped on all but the last micro-batch: one reduction per step, not `n`.
+Gradient accumulation runs several micro-batches before one optimizer step. A stage's loss is a *sum*
+over its units (target tokens, pairs...), and every micro-batch's sum is divided by the units of the
+whole step, counted over all micro-batches and ranks before the first backward. The summed gradients
+are then the gradient of the step's mean loss, exactly what one big batch would give, even when an
+SFT micro-batch holds more assistant tokens than the next. Under DDP/FSDP the gradient all-reduce is
+skipped on all but the last micro-batch: one reduction per step, not one per micro-batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from typing import Any
 
 import torch
 from torch import nn
 
 from tinylm.device import autocast
 from tinylm.train.distributed import is_fsdp
-
-Batch = tuple[torch.Tensor, torch.Tensor]
+from tinylm.train.stage import StageLoss
 
 
 @contextmanager
@@ -41,26 +42,35 @@ def skip_grad_sync(train_model: nn.Module, raw: nn.Module) -> Iterator[None]:
 
 def accumulate_gradients(
     train_model: nn.Module,
-    next_batch: Callable[[], Batch],
-    n_micro: int,
+    batches: Sequence[Any],
+    loss_fn: Callable[[nn.Module, Any], StageLoss],
+    total_weight: float,
+    world_size: int,
     device: torch.device,
     dtype: torch.dtype,
     raw: nn.Module | None = None,
     scaler: torch.amp.GradScaler | None = None,
-) -> torch.Tensor:
-    """Forward and backward `n_micro` micro-batches into `.grad`; returns the mean loss (detached)."""
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Forward and backward the micro-batches into `.grad`; returns this rank's summed loss and metrics.
+
+    `total_weight` is the step's unit count over all micro-batches and ranks; DDP averages gradients
+    over ranks, hence the factor `world_size`.
+    """
     raw = train_model if raw is None else raw
     total = torch.zeros((), device=device)
-    for i in range(n_micro):
-        x, y = next_batch()
-        sync = i == n_micro - 1
+    metrics: dict[str, torch.Tensor] = {}
+    scale = world_size / total_weight
+    for i, batch in enumerate(batches):
+        sync = i == len(batches) - 1
         with nullcontext() if sync else skip_grad_sync(train_model, raw):
             with autocast(device, dtype):
-                _, loss = train_model(x, y, return_logits=False)  # chunked loss: no full logits
-            scaled = loss / n_micro
+                out = loss_fn(train_model, batch)
+            scaled = out.total * scale
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        total += loss.detach().float()
-    return total / n_micro
+        total += out.total.detach().float()
+        for key, value in out.metrics.items():
+            metrics[key] = metrics.get(key, 0) + value.detach().float()
+    return total, metrics
 
 
 def clip_gradients(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:

@@ -1,0 +1,132 @@
+"""What a training stage gives the one engine: its model, its batches, its loss and its evaluation.
+
+Pretraining, SFT, reward modelling, DPO and RL differ in what they read and what they minimise,
+not in how a run is driven. So `train/loop.py` owns the run (schedule, accumulation, clipping, NaN
+guard, budgets, checkpoints, exact resume, DDP/FSDP, metrics, progress, Ctrl-C) and a `Stage` owns
+only what makes it that stage:
+
+- `setup(ctx)`: find or build its data (after the engine has chosen the run folder and device);
+- `build_model(resume)`: the model to train, on the CPU, with the weights it starts from (a fresh
+  init, a base checkpoint, vocabulary growth, LoRA adapters...), and with `resume`'s weights loaded
+  when a run continues;
+- `next_batch()` with a resumable position (`state_dict` / `load_state_dict`);
+- `loss(model, batch)`: a *sum* over the batch's units (target tokens, pairs, rollouts) and the
+  number of units (`batch_weight`), so the engine can divide by the whole step's count over all
+  micro-batches and ranks: accumulation and torchrun then equal one big batch exactly, even when
+  micro-batches hold different numbers of targets;
+- `evaluate(model)`: the numbers that say whether the stage works (dev loss, exact-match...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tinylm.train.config import TrainConfig
+from tinylm.train.distributed import DistEnv
+
+Batch = Any  # whatever the stage's loader yields; only the stage looks inside
+
+
+@dataclass
+class StageContext:
+    """What the engine has decided before the stage sets up: where, on what, how."""
+
+    cfg: TrainConfig
+    env: DistEnv
+    device: torch.device
+    dtype: torch.dtype
+    run_dir: Path
+    resume: Path | None  # the checkpoint this run continues (full train state), or None
+    start_from: Path | None  # a weights-only checkpoint a fresh run starts from (e.g. `tinylm import`)
+    say: Any  # a callable taking one line for the console (rank 0 only)
+
+
+@dataclass
+class StageLoss:
+    """One micro-batch's summed loss and any summed metrics (divided by the step's weight when logged)."""
+
+    total: torch.Tensor
+    metrics: dict[str, torch.Tensor]
+
+
+class Stage:
+    """The base every stage extends; the defaults are what most stages want."""
+
+    name: str = "stage"
+    # True when every micro-batch has the same weight (pretraining: batch x seq_len targets), which
+    # saves one all-reduce per step
+    constant_weight: bool = False
+
+    def setup(self, ctx: StageContext) -> None:
+        self.ctx = ctx
+
+    def model_config(self) -> Any:
+        """The ModelConfig of the model this stage trains (known after `setup`)."""
+        raise NotImplementedError
+
+    def build_model(self) -> nn.Module:
+        """The model to train, on the CPU, initialised or loaded (resume included)."""
+        raise NotImplementedError
+
+    def next_batch(self) -> Batch:
+        raise NotImplementedError
+
+    def batch_weight(self, batch: Batch) -> int:
+        """How many units `loss` sums over (the divisor of the step's mean)."""
+        raise NotImplementedError
+
+    def loss(self, model: nn.Module, batch: Batch) -> StageLoss:
+        raise NotImplementedError
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data position, saved in train_state.pt."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def tokenizer_file(self) -> Path | None:
+        return None
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        """Extra config.json fields (lineage, data spec, chat template)."""
+        return {}
+
+    def checkpoint_weights(self, model: nn.Module, gathered: dict[str, torch.Tensor] | None
+                           ) -> dict[str, torch.Tensor] | None:
+        """The weights a checkpoint stores (None = the whole model); LoRA stores only its adapters."""
+        return gathered
+
+    def describe(self) -> list[str]:
+        """Lines for the run header."""
+        return []
+
+    def finish(self, model: nn.Module) -> str | None:
+        """Work at the end of a run on rank 0 (a sample, a final table); returns text to print."""
+        return None
+
+
+def lineage(stage: str, resume: Path | None, started_from: Path | None, data: str, run_dir: Path
+            ) -> list[dict[str, Any]]:
+    """A checkpoint's lineage, oldest first: the starting checkpoint's own chain plus this stage's link
+    (which stage wrote it, from which checkpoint, on which data), so a report can show base -> SFT -> ...
+    A resumed run keeps the chain its checkpoint already has."""
+    from tinylm.checkpoint import read_checkpoint_config
+
+    def chain_of(path: Path) -> list[dict[str, Any]]:
+        links = read_checkpoint_config(path).get("lineage")
+        return [link for link in links if isinstance(link, dict)] if isinstance(links, list) else []
+
+    if resume is not None and chain_of(resume):
+        return chain_of(resume)
+    inherited = chain_of(started_from) if started_from is not None else []
+    link = {"stage": stage, "from": str(started_from) if started_from else None, "data": data, "run": str(run_dir)}
+    return [*inherited, link]
