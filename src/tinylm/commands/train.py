@@ -156,10 +156,39 @@ def _print_summary(summary: Any) -> None:
     sys.stdout.flush()
 
 
+def explicit_options(args: argparse.Namespace) -> set[str]:
+    """Options the user gave (command line or --config file); the CLI records them as `_explicit`."""
+    given = getattr(args, "_explicit", None)
+    if given is None:  # a caller that built the namespace itself: what differs from the defaults
+        defaults = {**_defaults(), "set": []}
+        given = {k for k, v in vars(args).items() if k in defaults and v != defaults[k]}
+    return {"overrides" if name == "set" else name for name in given}
+
+
+def resumed_config(config: Any, explicit: set[str]) -> Any:
+    """A `--resume` run takes its model, data and options from the run it continues, except what was given."""
+    from tinylm.train.resume_options import describe_taken, options_for_resume
+    from tinylm.train.run_dir import choose_run_dir, find_resume_checkpoint
+
+    run_dir = choose_run_dir(config.out, config.preset, config.arch, config.resume)
+    checkpoint = find_resume_checkpoint(config.resume, run_dir)
+    if checkpoint is None:
+        return config
+    merged, taken = options_for_resume(config.to_dict(), explicit, checkpoint)
+    if config.resume == "latest":
+        merged["out"] = str(run_dir)
+    if taken and int(os.environ.get("RANK", "0")) == 0:
+        print(describe_taken(merged, taken), file=sys.stderr)
+    return type(config)(**merged)
+
+
 def run(args: argparse.Namespace) -> int:
     from tinylm.train.loop import run_training
 
-    summary = run_training(config_from_args(args))
+    config = config_from_args(args)
+    if config.resume is not None:
+        config = resumed_config(config, explicit_options(args))
+    summary = run_training(config)
     if int(os.environ.get("RANK", "0")) == 0:
         _print_summary(summary)
     return {"nan": 1, "interrupted": 130}.get(summary.stopped, 0)
