@@ -122,3 +122,13 @@ def test_sigkill_between_checkpoints_then_resume_is_bit_identical(tmp_path: Path
     assert main(cli_args(killed, "--max-steps", "12", "--resume", "latest", *schedule)) == 0
     assert [r["step"] for r in rows(killed) if "loss" in r] == list(range(1, 13))
     assert losses(killed) == losses(tmp_path / "straight")
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--temperature", "nan"), ("--temperature", "-1"), ("--top-k", "0")])
+def test_sampling_options_are_checked_before_training(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      flag: str, value: str) -> None:
+    """Issue 11.6: a bad sampling option used to train, save, then fail at the final sample."""
+    assert main(cli_args(tmp_path / "run", "--max-steps", "2", flag, value)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("tinylm: error:") and flag.lstrip("-").replace("-", "_") in err[0]
+    assert not (tmp_path / "run").exists()  # nothing trained, nothing written

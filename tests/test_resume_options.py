@@ -56,3 +56,4 @@ def test_a_flag_that_changes_the_model_on_resume_is_refused(tmp_path: Path, caps
     assert main(["train", "--out", str(out), "--resume", "latest", "--set", "n_embed=64", "--max-steps", "4",
                  "--no-progress"]) == 1
     assert "n_embed" in capsys.readouterr().err
+

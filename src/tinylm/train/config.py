@@ -101,6 +101,9 @@ class TrainConfig:
         need(self.log_every >= 1, "--log-every must be >= 1")
         need(self.sample_tokens >= 0, "--sample-tokens must be >= 0")
         need(self.threads is None or self.threads >= 1, "--threads must be >= 1")
+        from tinylm.inference.sampling import check_sampling_options
+
+        check_sampling_options(self.temperature, self.top_k)  # the end-of-run sample: refuse now, not after training
 
     def model_config(self) -> ModelConfig:
         """The preset for this arch with the overrides applied (validated)."""
