@@ -58,9 +58,7 @@ class _SetAction(argparse.Action):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tinylm.device import DTYPES
     from tinylm.presets import PRESETS
-    from tinylm.train.schedule import SCHEDULES
 
     d = _defaults()
     m = parser.add_argument_group("model and data")
@@ -73,6 +71,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="prepared data folder (default: the pystdlib corpus, prepared on first use)")
     m.add_argument("--out", default=None, metavar="DIR", help="run folder (default runs/<preset>-<arch>)")
     m.add_argument("--seed", type=int, default=d["seed"])
+    add_engine_arguments(parser, d)
+    s = parser.add_argument_group("sample at the end")
+    s.add_argument("--sample-tokens", type=int, default=d["sample_tokens"], help="0 = no sample")
+    s.add_argument("--prompt", default=d["prompt"], help="text to continue (default: a new document)")
+    s.add_argument("--temperature", type=float, default=d["temperature"])
+    s.add_argument("--top-k", type=int, default=d["top_k"])
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser, d: dict[str, Any]) -> None:
+    """The options of the one training engine, shared by every training stage (`d`: that stage's defaults)."""
+    from tinylm.device import DTYPES
+    from tinylm.train.schedule import SCHEDULES
 
     h = parser.add_argument_group("hardware")
     h.add_argument("--device", default=d["device"], help="auto (cuda > mps > cpu), cpu, cuda, cuda:N, mps")
@@ -120,12 +130,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--tensorboard", action="store_true", help="also log to TensorBoard (if installed)")
     r.add_argument("--wandb", action="store_true", help="also log to Weights & Biases (if installed)")
 
-    s = parser.add_argument_group("sample at the end")
-    s.add_argument("--sample-tokens", type=int, default=d["sample_tokens"], help="0 = no sample")
-    s.add_argument("--prompt", default=d["prompt"], help="text to continue (default: a new document)")
-    s.add_argument("--temperature", type=float, default=d["temperature"])
-    s.add_argument("--top-k", type=int, default=d["top_k"])
-
 
 def config_from_args(args: argparse.Namespace) -> Any:
     """The TrainConfig the parsed options describe (`--set` strings become typed model overrides)."""
@@ -156,21 +160,24 @@ def _print_summary(summary: Any) -> None:
     sys.stdout.flush()
 
 
-def explicit_options(args: argparse.Namespace) -> set[str]:
+def explicit_options(args: argparse.Namespace, defaults: dict[str, Any] | None = None) -> set[str]:
     """Options the user gave (command line or --config file); the CLI records them as `_explicit`."""
     given = getattr(args, "_explicit", None)
     if given is None:  # a caller that built the namespace itself: what differs from the defaults
-        defaults = {**_defaults(), "set": []}
+        defaults = {**(defaults or _defaults()), "set": []}
         given = {k for k, v in vars(args).items() if k in defaults and v != defaults[k]}
     return {"overrides" if name == "set" else name for name in given}
 
 
-def resumed_config(config: Any, explicit: set[str]) -> Any:
-    """A `--resume` run takes its model, data and options from the run it continues, except what was given."""
+def resumed_config(config: Any, explicit: set[str], run_name: tuple[str, str] | None = None) -> Any:
+    """A `--resume` run takes its model, data and options from the run it continues, except what was given.
+
+    `run_name` is the stage's default run folder name (runs/<name>-<kind>); pretraining's is <preset>-<arch>.
+    """
     from tinylm.train.resume_options import describe_taken, options_for_resume
     from tinylm.train.run_dir import choose_run_dir, find_resume_checkpoint
 
-    run_dir = choose_run_dir(config.out, config.preset, config.arch, config.resume)
+    run_dir = choose_run_dir(config.out, *(run_name or (config.preset, config.arch)), config.resume)
     checkpoint = find_resume_checkpoint(config.resume, run_dir)
     if checkpoint is None:
         return config

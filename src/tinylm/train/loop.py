@@ -140,7 +140,7 @@ class _Run:
     # ---- setup -----------------------------------------------------------------------------------
     def _setup(self) -> None:
         cfg, env = self.cfg, self.env
-        chosen = choose_run_dir(cfg.out, cfg.preset, cfg.arch, cfg.resume) if env.is_main else None
+        chosen = choose_run_dir(cfg.out, *self.stage.run_name(cfg), cfg.resume) if env.is_main else None
         self.run_dir = Path(all_gather_objects(str(chosen), env)[0])
         self.ckpt = find_resume_checkpoint(cfg.resume, self.run_dir)
         self.state: dict[str, Any] | None = None
@@ -333,6 +333,8 @@ class _Run:
         tokens_per_s, mfu = 0.0, None
         last_step_time = 0.0
         stopped = self._budget_reached()
+        if stage.evaluate_at_start and self.state is None:
+            evaluation = self._evaluate(logger)  # step 0: where the run starts from
         self._restore_rng()
         loop_start = time.perf_counter()
         while stopped is None:

@@ -61,9 +61,15 @@ class Stage:
     # True when every micro-batch has the same weight (pretraining: batch x seq_len targets), which
     # saves one all-reduce per step
     constant_weight: bool = False
+    # evaluate before the first step of a fresh run, so the log holds the starting point ("before")
+    evaluate_at_start: bool = False
 
     def setup(self, ctx: StageContext) -> None:
         self.ctx = ctx
+
+    def run_name(self, cfg: TrainConfig) -> tuple[str, str]:
+        """(name, kind) of the default run folder runs/<name>-<kind> when no --out is given."""
+        return cfg.preset, cfg.arch
 
     def model_config(self) -> Any:
         """The ModelConfig of the model this stage trains (known after `setup`)."""

@@ -1,0 +1,1 @@
+"""Evaluation: the numbers that say what a stage changed (exact-match on verifiable tasks, ...)."""

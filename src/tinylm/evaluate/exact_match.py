@@ -1,0 +1,62 @@
+"""Exact-match on a verifiable task: ask the model every held-out problem, let the task's verifier judge.
+
+The prompts are rendered with the chat format (ending with the assistant header), generated in one
+left-padded batch by the KV-cache engine until the end-of-turn token, decoded and verified. Greedy
+by default, so the score is a deterministic function of the weights. The engine runs without the
+fused fast decoder: during training the weights change between evaluations, and a fused copy would
+go stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from tinylm.inference.engine import Engine
+from tinylm.inference.sampling import SamplingParams
+from tinylm.posttrain.chat_format import ChatFormat
+from tinylm.tasks.task import Example, Task
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+@dataclass
+class ExactMatch:
+    correct: int
+    total: int
+    samples: list[tuple[str, str, bool]] = field(default_factory=list)  # (prompt, response, verified)
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.total if self.total else 0.0
+
+
+def generate_replies(model: nn.Module, chat: ChatFormat, prompts: Sequence[list[dict[str, str]]], max_new_tokens: int,
+                     sampling: SamplingParams = GREEDY, seed: int = 0, batch_size: int = 64) -> list[str]:
+    """One reply text per prompt conversation, in order."""
+    engine = Engine(model, fast=False, keep=model.config.context_length)
+    window = model.config.context_length
+    replies: list[str] = []
+    was_training = model.training
+    try:
+        for first in range(0, len(prompts), batch_size):
+            ids = [chat.prompt_ids(p)[-(window - 1):] for p in prompts[first:first + batch_size]]
+            limit = [max(1, min(max_new_tokens, window - len(p))) for p in ids]
+            new = engine.generate(ids, limit, sampling, seed=seed + first, stop_ids=chat.stop_ids)
+            replies += [chat.tokenizer.decode(tokens) for tokens in new]
+    finally:
+        model.train(was_training)
+    return replies
+
+
+@torch.no_grad()
+def exact_match(model: nn.Module, chat: ChatFormat, task: Task, examples: Sequence[Example], max_new_tokens: int,
+                keep_samples: int = 3) -> ExactMatch:
+    """How many of `examples` the model answers so that `task.verify` accepts the reply."""
+    replies = generate_replies(model, chat, [e.prompt for e in examples], max_new_tokens)
+    verdicts = [task.verify(reply, example) for reply, example in zip(replies, examples, strict=True)]
+    samples = [(e.prompt[-1]["content"], r, v) for e, r, v in zip(examples, replies, verdicts)][:keep_samples]
+    return ExactMatch(sum(verdicts), len(examples), samples)
