@@ -13,6 +13,7 @@ from tinylm.data.pystdlib import stdlib_files
 from tinylm.errors import TinyLMError
 from tinylm.tokenizer import Tokenizer, load_tokenizer, train_bpe
 from tinylm.tokenizer.bytelevel import BYTE_TO_CHAR, bytes_to_token, token_to_bytes
+from tinylm.tokenizer.chat_tokens import RESERVED_SPECIALS
 
 EOT = "<|endoftext|>"
 VARIED = [
@@ -26,6 +27,7 @@ VARIED = [
     " " * 200 + "x" + "\n" * 50,
     "",
     f"two documents{EOT}joined by the special token",
+    "<|system|>a chat<|end|><|user|>turn<|end|><|assistant|>with role tokens<|end|> <|end <|user",
     "🙂" * 30 + "ｆｕｌｌｗｉｄｔｈ" + "\U0001F468\u200d\U0001F469\u200d\U0001F467",
 ]
 
@@ -66,7 +68,8 @@ def test_trained_bpe_shape(bpe: Tokenizer) -> None:
     assert bpe.eot_id == spec["model"]["vocab"][EOT] == 0
     assert bpe.backend == "tiktoken" and bpe.fallback_reason is None
     assert bpe.name == "bpe1024"
-    assert [t["content"] for t in spec["added_tokens"]] == [EOT]
+    assert [t["content"] for t in spec["added_tokens"]] == list(RESERVED_SPECIALS)
+    assert bpe.special_tokens == {token: i for i, token in enumerate(RESERVED_SPECIALS)}
     code = "def __init__(self):\n        return"
     assert len(bpe.encode(code)) < len(code) / 2  # it learned something about Python
 
@@ -89,7 +92,7 @@ def test_tiktoken_ids_equal_tokenizers_ids(bpe: Tokenizer, hf, text: str) -> Non
 
 unicode_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200)
 PIECES = ["🙂", "👍🏽", "e\u0301", "\u0301\u0302", "\x00", "\x1f", "\x7f", "\r\n", "\t", " " * 17, "\n" * 9,
-          "\u00a0", "\u3000", "東京", "'s", "'ll", EOT, "Ġ", "\ufffd"]
+          "\u00a0", "\u3000", "東京", "'s", "'ll", EOT, "Ġ", "\ufffd", *RESERVED_SPECIALS[1:], "<|", "|>"]
 tricky = st.lists(st.sampled_from(PIECES), max_size=30).map("".join)
 
 
@@ -167,13 +170,13 @@ def test_train_is_deterministic() -> None:
 
 def test_small_corpus_gives_fewer_tokens_than_asked() -> None:
     tok = train_bpe(["abab abab abab"], vocab_size=4096)
-    assert 257 < tok.n_vocab < 300 and tok.vocab_size == tok.n_vocab
+    assert 261 < tok.n_vocab < 300 and tok.vocab_size == tok.n_vocab
     assert tok.decode(tok.encode("abab xyz")) == "abab xyz"
 
 
-@pytest.mark.parametrize("size", [0, 100, 256])
+@pytest.mark.parametrize("size", [0, 100, 256, 260])
 def test_vocab_too_small(size: int) -> None:
-    with pytest.raises(TinyLMError, match="at least 257"):
+    with pytest.raises(TinyLMError, match="at least 261"):
         train_bpe(["some text"], vocab_size=size)
 
 

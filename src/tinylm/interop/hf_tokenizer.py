@@ -4,12 +4,16 @@ tinylm's tokenizer.json is a Hugging Face `tokenizers` file, so `PreTrainedToken
 same tokenizer and produces the same ids. What `transformers` adds on top is named in
 tokenizer_config.json: our end-of-text token serves as BOS, EOS and PAD (a model trained on
 documents separated by EOT knows no other), and nothing is added around the text on encode, so
-`AutoTokenizer(text).input_ids` equals our `encode(text)`.
+`AutoTokenizer(text).input_ids` equals our `encode(text)`. A chat model's checkpoint also carries its
+chat template (posttrain/chat_format.py): it goes into `chat_template`, and the special tokens it
+writes are named `extra_special_tokens`, so `apply_chat_template` gives the ids and the assistant
+mask tinylm trained on.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -48,8 +52,23 @@ def eot_token(path: Path, eot_id: int | None = None) -> tuple[int, str]:
     return eot_id, text
 
 
-def write_hf_tokenizer(source: Path, folder: Path, context_length: int, eot_id: int | None = None) -> int:
-    """Copy tokenizer.json and write tokenizer_config.json into `folder`; return the EOT id."""
+def template_special_tokens(source: Path, chat_template: str, eot: str) -> list[str]:
+    """The special tokens (besides EOT) that `chat_template` writes; TinyLMError if one is not in the tokenizer."""
+    specials = {t["content"] for t in json.loads(source.read_text(encoding="utf-8")).get("added_tokens") or []
+                if t.get("special")}
+    written = sorted(set(re.findall(r"<\|[^|'\s]+\|>", chat_template)) - {eot})
+    missing = [token for token in written if token not in specials]
+    if missing:
+        raise TinyLMError(f"the chat template writes {', '.join(missing)}, which {source} lacks as special tokens")
+    return written
+
+
+def write_hf_tokenizer(source: Path, folder: Path, context_length: int, eot_id: int | None = None,
+                       chat_template: str | None = None) -> int:
+    """Copy tokenizer.json and write tokenizer_config.json (with `chat_template` if given) into `folder`.
+
+    Returns the EOT id.
+    """
     eot_id, eot = eot_token(source, eot_id)
     shutil.copyfile(source, folder / "tokenizer.json")
     config: dict[str, Any] = {
@@ -59,6 +78,9 @@ def write_hf_tokenizer(source: Path, folder: Path, context_length: int, eot_id: 
         "model_max_length": context_length,
         "clean_up_tokenization_spaces": False,
     }
+    if chat_template is not None:
+        config["extra_special_tokens"] = template_special_tokens(source, chat_template, eot)
+        config["chat_template"] = chat_template
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return eot_id
 

@@ -23,8 +23,13 @@ EOT = "<|endoftext|>"
 EOT_NAMES = (EOT, "<|end_of_text|>", "<|eot|>", "</s>", "<eos>", "<|im_end|>")
 
 
+def special_tokens(spec: dict[str, Any]) -> dict[str, int]:
+    """{text: id} of the added tokens marked special (the ones `transformers` never splits or merges)."""
+    return {t["content"]: int(t["id"]) for t in spec.get("added_tokens") or [] if t.get("special")}
+
+
 def _end_of_text_id(spec: dict[str, Any], where: str) -> int:
-    specials = {t["content"]: int(t["id"]) for t in spec.get("added_tokens") or [] if t.get("special")}
+    specials = special_tokens(spec)
     for name in EOT_NAMES:
         if name in specials:
             return specials[name]
@@ -90,4 +95,5 @@ def tokenizer_from_hf_json(text: str, where: str = "tokenizer.json") -> Tokenize
             encoding, problem = None, "tiktoken and tokenizers disagree on a probe text"
     return Tokenizer(name=name, saved=text, eot_id=eot_id, n_vocab=n_vocab, encoding=encoding,
                      hf=None if encoding is not None else hf,
-                     byte_table=_byte_table(spec, n_vocab) if byte_level else None, fallback_reason=problem)
+                     byte_table=_byte_table(spec, n_vocab) if byte_level else None, fallback_reason=problem,
+                     special_tokens=special_tokens(spec))

@@ -2,7 +2,7 @@
 
 Two kinds of file share the name tokenizer.json: a Hugging Face tokenizers file (tinylm's trained
 BPE or any byte-level tokenizer from the Hub) and tinylm's small marker for a tiktoken encoding
-(r50k), which cannot be written as a Hugging Face file.
+(r50k, with any special tokens added after its EOT), which cannot be written as a Hugging Face file.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def tokenizer_file(path: str | Path) -> Path:
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """The tokenizer saved at `path` (a tokenizer.json file, or a folder that holds one)."""
     from tinylm.tokenizer.hf_json import tokenizer_from_hf_json
-    from tinylm.tokenizer.r50k import MARKER_KEY, R50K_NAME, load_r50k
+    from tinylm.tokenizer.r50k import ADDED_KEY, MARKER_KEY, R50K_NAME, load_r50k
 
     file = tokenizer_file(path)
     try:
@@ -42,5 +42,5 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         if head[MARKER_KEY] != R50K_NAME:
             raise TinyLMError(f"{file} names the tiktoken encoding {head[MARKER_KEY]!r}; "
                               f"tinylm knows {R50K_NAME}")
-        return load_r50k()
+        return load_r50k(added=head.get(ADDED_KEY))
     return tokenizer_from_hf_json(text, where=str(file))

@@ -8,9 +8,11 @@ engine's text decoder: ids become raw bytes (`token_bytes`), joined and then dec
 character split across two tokens decodes correctly and streaming generation can do the same.
 
 Rules a caller can rely on:
-- `encode` treats special-token text such as "<|endoftext|>" in its input as that special token,
-  exactly as Hugging Face tokenizers (and so `transformers`) do; `encode_ordinary` treats it as plain
-  text, which is what corpus encoding uses so only prepare decides where documents end.
+- `encode` treats special-token text such as "<|endoftext|>" or "<|user|>" in its input as that
+  special token, exactly as Hugging Face tokenizers (and so `transformers`) do; `encode_ordinary`
+  treats it as plain text, which is what corpus encoding uses so only prepare decides where documents
+  end, and what the chat renderer uses for message contents. `special_tokens` maps each special
+  token's text to its id.
 - Strings that are not valid Unicode (lone surrogates, which UTF-8 cannot store) encode as if each
   lone surrogate were U+FFFD.
 - `decode(encode(s)) == s` for every valid string with a byte-level tokenizer.
@@ -52,11 +54,12 @@ class Tokenizer:
 
     def __init__(self, *, name: str, saved: str, eot_id: int, n_vocab: int, vocab_size: int | None = None,
                  encoding: Any = None, hf: Any = None, byte_table: list[bytes] | None = None,
-                 fallback_reason: str | None = None) -> None:
+                 fallback_reason: str | None = None, special_tokens: dict[str, int] | None = None) -> None:
         if encoding is None and hf is None:
             raise ValueError("a Tokenizer needs a tiktoken encoding or a tokenizers object")
         self.name = name
         self.eot_id = eot_id
+        self.special_tokens: dict[str, int] = dict(special_tokens) if special_tokens else {}
         self.n_vocab = n_vocab
         self.vocab_size = n_vocab if vocab_size is None else vocab_size
         self.fallback_reason = fallback_reason
@@ -96,6 +99,13 @@ class Tokenizer:
     def __repr__(self) -> str:
         return (f"Tokenizer(name={self.name!r}, n_vocab={self.n_vocab}, vocab_size={self.vocab_size}, "
                 f"eot_id={self.eot_id}, backend={self.backend!r})")
+
+    def token_to_id(self, text: str) -> int | None:
+        """The id of the one token spelled `text` (a special token, or a single ordinary token), else None."""
+        if text in self.special_tokens:
+            return self.special_tokens[text]
+        ids = self.encode_ordinary(text) if text else []
+        return ids[0] if len(ids) == 1 and self.token_bytes(ids[0]) == text.encode("utf-8") else None
 
     # ---- encoding --------------------------------------------------------------------------------
     def _ordinary_hf(self) -> Any:

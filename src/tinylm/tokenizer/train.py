@@ -4,7 +4,9 @@ Byte-level means the base alphabet is the 256 byte values, so every string can b
 decoded back exactly, with no unknown token. Text is first split with GPT-2's regex (words, numbers,
 punctuation, whitespace runs, each with at most one leading space) and merges never cross those
 pieces. Merges start from the most frequent adjacent pair and stop at `vocab_size` tokens, counting
-the 256 bytes and the one special token, "<|endoftext|>", which prepare puts after every document.
+the 256 bytes and the special tokens: "<|endoftext|>" (id 0), which prepare puts after every document,
+and the chat tokens <|system|>, <|user|>, <|assistant|>, <|end|> (ids 1-4, tokenizer/chat_tokens.py),
+reserved now so that a model pretrained with this tokenizer can be fine-tuned to chat without growing.
 A pair must occur at least twice to be merged: a merge seen once memorises rather than compresses.
 `tokenizers` trains on all cores in about a second for 10 MB; the result is then run by tiktoken.
 """
@@ -14,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tinylm.errors import TinyLMError
-from tinylm.tokenizer.hf_json import EOT, tokenizer_from_hf_json
+from tinylm.tokenizer.chat_tokens import RESERVED_SPECIALS
+from tinylm.tokenizer.hf_json import tokenizer_from_hf_json
 from tinylm.tokenizer.tokenizer import Tokenizer
 
-MIN_VOCAB = 256 + 1  # every byte plus <|endoftext|>
+MIN_VOCAB = 256 + len(RESERVED_SPECIALS)  # every byte plus <|endoftext|> and the chat tokens
 MAX_VOCAB = 1 << 24
 
 
@@ -27,7 +30,8 @@ def check_vocab_size(vocab_size: int) -> None:
         raise TinyLMError(f"vocab size must be an integer, got {vocab_size!r}")
     if vocab_size < MIN_VOCAB:
         raise TinyLMError(f"vocab size {vocab_size} is too small: a byte-level BPE needs at least "
-                          f"{MIN_VOCAB} (256 bytes + <|endoftext|>)")
+                          f"{MIN_VOCAB} (256 bytes + {len(RESERVED_SPECIALS)} special tokens: "
+                          f"{', '.join(RESERVED_SPECIALS)})")
     if vocab_size > MAX_VOCAB:
         raise TinyLMError(f"vocab size {vocab_size} is too large (at most {MAX_VOCAB})")
 
@@ -41,7 +45,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int = 4096, progress: bool = Fal
     hf = HFTokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     hf.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=[EOT],
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=list(RESERVED_SPECIALS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=progress)
     hf.train_from_iterator(texts, trainer)

@@ -1,0 +1,1 @@
+"""Post-training: turning a pretrained next-token model into an assistant (chat format, SFT, preferences, RL)."""
