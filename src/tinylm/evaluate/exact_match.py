@@ -37,10 +37,10 @@ class ExactMatch:
 def generate_replies(model: nn.Module, chat: ChatFormat, prompts: Sequence[list[dict[str, str]]], max_new_tokens: int,
                      sampling: SamplingParams = GREEDY, seed: int = 0, batch_size: int = 64) -> list[str]:
     """One reply text per prompt conversation, in order."""
+    was_training = model.training  # before the engine, which puts the model in eval mode
     engine = Engine(model, fast=False, keep=model.config.context_length)
     window = model.config.context_length
     replies: list[str] = []
-    was_training = model.training
     try:
         for first in range(0, len(prompts), batch_size):
             ids = [chat.prompt_ids(p)[-(window - 1):] for p in prompts[first:first + batch_size]]

@@ -42,6 +42,7 @@ from tinylm.models.factory import build_model
 from tinylm.posttrain.packing import IGNORE
 from tinylm.train.config import TrainConfig
 from tinylm.train.distributed import all_reduce_sum
+from tinylm.train.rng import seed_everything
 from tinylm.train.stage import Batch, Stage, StageContext, StageLoss, lineage
 
 ON_ERROR = ("stop", "skip")
@@ -228,6 +229,7 @@ class SFTStage(Stage):
         from tinylm.posttrain.vocab_growth import init_token_rows
 
         cfg: SFTConfig = self.ctx.cfg  # type: ignore[assignment]
+        seed_everything(cfg.seed)  # the same adapter initialisation on every rank and every resume
         model = build_model(self.base_config)
         load_weights(model, self.base)
         added_ids = [self.tokenizer.token_to_id(t) for t in self.added_tokens]
