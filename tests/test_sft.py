@@ -215,3 +215,21 @@ def test_malformed_rows_can_be_skipped_and_are_counted(tmp_path: Path, capsys: p
     args[args.index("--data") + 1] = str(data)
     assert main(args) == 0
     assert "skipped 1 malformed row(s)" in capsys.readouterr().err
+
+
+def test_lora_with_added_chat_tokens_trains_and_saves_the_embedding(tmp_path: Path) -> None:
+    """LoRA leaves the embedding frozen, but rows added for the chat tokens must learn: that matrix trains
+    whole and is stored beside the adapters; resuming such a run is still exact."""
+    base = _base_without_chat_tokens(tmp_path)
+    lora = dict(base=str(base), lora_rank=2, schedule_steps=4)
+    run_training(sft_config(tmp_path / "straight", max_steps=4, **lora), stage=SFTStage())
+    run_training(sft_config(tmp_path / "split", max_steps=2, **lora), stage=SFTStage())
+    run_training(sft_config(tmp_path / "split", max_steps=4, resume="latest", **lora), stage=SFTStage())
+    assert losses(tmp_path / "split") == losses(tmp_path / "straight")
+    ckpt = list_checkpoints(tmp_path / "straight")[-1]
+    stored = read_weights(ckpt)
+    assert "token_embed.weight" in stored and any("lora_A" in k for k in stored)
+    assert json.loads((ckpt / "config.json").read_text())["adapter"]["trained_whole"] == ["token_embed.weight"]
+    end = stored["token_embed.weight"][-1]  # <|end|>, appended last
+    rows_before = load_model(base)[0].token_embed.weight.detach()
+    assert not torch.allclose(end, rows_before.mean(0))  # it moved from its mean start

@@ -239,20 +239,38 @@ class SFTStage(Stage):
             from tinylm.posttrain.lora import apply_lora
 
             apply_lora(model, cfg.lora_config())
+            for name in self._trained_whole(model):  # the added tokens' rows must learn: LoRA cannot reach them
+                model.get_parameter(name).requires_grad_(True)
         resume = self.ctx.resume
         if resume is not None:
             self._load_resume(model, resume)
+        self.model = model
         self.trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         self.total = sum(p.numel() for p in model.parameters())
         return model
 
-    def _load_resume(self, model: nn.Module, resume: Path) -> None:
-        if self.ctx.cfg.lora_rank:  # type: ignore[attr-defined]
-            from tinylm.posttrain.lora import load_lora_state_dict
+    def _trained_whole(self, model: nn.Module) -> list[str]:
+        """Under LoRA, the embedding (and an untied head) when chat tokens were added: their new rows start at
+        the mean and only training moves them, so these matrices train whole and are saved with the adapters."""
+        if not self.added_tokens:
+            return []
+        names = ["token_embed.weight"]
+        if model.lm_head.weight is not model.token_embed.weight:
+            names.append("lm_head.weight")
+        return names
 
-            load_lora_state_dict(model, read_weights(resume))
-        else:
+    def _load_resume(self, model: nn.Module, resume: Path) -> None:
+        if not self.ctx.cfg.lora_rank:  # type: ignore[attr-defined]
             load_weights(model, resume)
+            return
+        from tinylm.posttrain.lora import load_lora_state_dict
+
+        stored = read_weights(resume)
+        whole = self._trained_whole(model)
+        load_lora_state_dict(model, {k: v for k, v in stored.items() if k not in whole})
+        with torch.no_grad():
+            for name in whole:
+                model.get_parameter(name).copy_(stored[name])
 
     def checkpoint_weights(self, model: nn.Module, gathered: dict[str, torch.Tensor] | None
                            ) -> dict[str, torch.Tensor] | None:
@@ -260,7 +278,8 @@ class SFTStage(Stage):
             return gathered
         from tinylm.posttrain.lora import lora_state_dict
 
-        return lora_state_dict(model)  # adapter-only: the base is named in config.json
+        # adapter-only (the base is named in config.json), plus matrices trained whole
+        return {**lora_state_dict(model), **{n: model.get_parameter(n).detach() for n in self._trained_whole(model)}}
 
     # ---- batches and loss ----------------------------------------------------------------------
     def next_batch(self) -> Batch:
@@ -331,7 +350,7 @@ class SFTStage(Stage):
         }
         if cfg.lora_rank:
             meta["adapter"] = {"lora": cfg.lora_config().to_dict(), "base": str(self.base),
-                               "added_tokens": self.added_tokens, "known_rows": self.known_rows}
+                               "added_tokens": self.added_tokens, "trained_whole": self._trained_whole(self.model)}
         return meta
 
     def finish(self, model: nn.Module) -> str | None:
