@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from model_variants import classic_config
+from model_variants import classic_config, modern_config
+from tinylm.config import ModelConfig
 from tinylm.models.classic import ClassicGPT
 from tinylm.models.factory import build_model
 from tinylm.presets import preset_config
@@ -19,14 +20,19 @@ def test_13m_preset_has_exactly_13_142_656_parameters() -> None:
     assert model.num_params() == 13_142_656
     # half of it is the 50304 x 128 token table, the other half the untied head
     assert model.token_embed.weight.numel() == 50304 * 128 == 6_438_912
+    # and the seed's head bias, which the preset keeps explicitly (GPT-2 has none: the default is off)
     assert model.lm_head.bias is not None and model.lm_head.weight is not model.token_embed.weight
+    assert model.config.head_bias and not classic_config().head_bias
 
 
-def test_parameter_count_by_hand() -> None:
+@pytest.mark.parametrize("head_bias", [False, True])
+def test_parameter_count_by_hand(head_bias: bool) -> None:
     V, T, C, L = 97, 32, 32, 2
     block = (2 * C) + (C * 3 * C) + (C * C + C) + (2 * C) + (C * 4 * C + 4 * C) + (4 * C * C + C)
-    expected = V * C + T * C + L * block + 2 * C + (C * V + V)
-    assert build_model(classic_config()).num_params() == expected
+    expected = V * C + T * C + L * block + 2 * C + C * V + (V if head_bias else 0)
+    model = build_model(classic_config(head_bias=head_bias))
+    assert model.num_params() == expected
+    assert (model.lm_head.bias is not None) == head_bias
 
 
 def test_handwritten_attention_equals_sdpa() -> None:
@@ -79,3 +85,13 @@ def test_context_overflow_is_refused() -> None:
 def test_modern_only_options_are_refused_for_classic() -> None:
     with pytest.raises(ValueError, match="invalid config: qk_norm=True: is a modern-only feature"):
         classic_config(qk_norm=True)
+
+
+def test_configs_saved_before_head_bias_existed_keep_their_bias() -> None:
+    saved = classic_config().to_dict()
+    del saved["head_bias"]  # what a checkpoint written by the seed holds
+    old = ModelConfig.from_dict(saved)
+    assert old.head_bias and build_model(old).lm_head.bias is not None
+    assert not ModelConfig.from_dict(classic_config().to_dict()).head_bias
+    modern = {k: v for k, v in modern_config("gqa").to_dict().items() if k != "head_bias"}
+    assert not ModelConfig.from_dict(modern).head_bias  # the modern head never had one

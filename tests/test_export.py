@@ -189,7 +189,7 @@ def test_gated_model_is_refused_naming_the_feature(tmp_path: Path, capsys) -> No
 
 
 def test_classic_with_head_bias_is_refused(tmp_path: Path, capsys) -> None:
-    config = ModelConfig(arch="classic", **{**BASE, "vocab_size": 300})
+    config = ModelConfig(arch="classic", head_bias=True, **{**BASE, "vocab_size": 300})
     model = random_model(config)
     with torch.no_grad():
         model.lm_head.bias.fill_(0.1)

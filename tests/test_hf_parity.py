@@ -142,7 +142,7 @@ def test_no_exact_counterpart_is_refused_naming_the_feature(change: dict, featur
 
 
 def test_classic_head_bias_must_be_zero() -> None:
-    model = randomized(classic_config())
+    model = randomized(classic_config(head_bias=True))
     with torch.no_grad():
         model.lm_head.bias[3] = 0.5
     with pytest.raises(TinyLMError, match="lm_head bias"):

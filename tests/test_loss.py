@@ -107,3 +107,56 @@ def test_model_forward_without_logits_trains_identically(arch: str, overrides: d
     assert grads_full.keys() == grads_chunked.keys()
     for name in grads_full:
         torch.testing.assert_close(grads_chunked[name], grads_full[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("chunk_rows", [5, 1000])
+def test_sum_reduction_is_mean_times_count_with_matching_gradients(chunk_rows: int) -> None:
+    hidden, weight, b, targets = _inputs()
+    count = int((targets != -1).sum())
+    expected = F.cross_entropy(F.linear(hidden, weight, b).float(), targets, ignore_index=-1, reduction="sum")
+    got = chunked_cross_entropy(hidden, weight, targets, b, chunk_rows=chunk_rows, reduction="sum")
+    mean = chunked_cross_entropy(hidden, weight, targets, b, chunk_rows=chunk_rows)
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(got, mean * count, rtol=1e-6, atol=1e-5)
+    for g_got, g_ref in zip(_grads(got, (hidden, weight, b)), _grads(expected, (hidden, weight, b))):
+        torch.testing.assert_close(g_got, g_ref, rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_reduction_is_refused() -> None:
+    hidden, weight, b, targets = _inputs()
+    with pytest.raises(ValueError, match="reduction='max'"):
+        chunked_cross_entropy(hidden, weight, targets, b, reduction="max")
+
+
+@pytest.mark.parametrize("arch,overrides", [
+    ("classic", {}),
+    ("modern", {"n_experts": 4, "n_experts_per_token": 2}),  # sum / count still includes the balance loss once
+])
+@pytest.mark.parametrize("return_logits", [True, False])
+def test_model_sum_reduction_accumulates_exactly(arch: str, overrides: dict, return_logits: bool) -> None:
+    """Two micro-batches with different target counts: summed losses / total count == one batch's mean."""
+    config = preset_config("tiny", arch, vocab_size=256, n_embed=32, n_head=2, n_blocks=1, context_length=16,
+                           **overrides)
+    torch.manual_seed(0)
+    model = build_model(config).train()
+    idx = torch.randint(0, 256, (4, 16))
+    targets = torch.randint(0, 256, (4, 16))
+    targets[:2, :11] = -100  # PyTorch's ignore convention is honoured as well as -1
+    targets[2:, :3] = -1
+    count = int((targets >= 0).sum())
+
+    model.zero_grad(set_to_none=True)
+    total = sum(model(idx[rows], targets[rows], return_logits, reduction="sum")[1] for rows in (slice(0, 2),
+                                                                                                 slice(2, 4)))
+    (total / count).backward()
+    accumulated = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    _, mean = model(idx, targets, return_logits)
+    mean.backward()
+    if not overrides:  # the MoE balance loss is per micro-batch, so only the dense model matches one batch
+        torch.testing.assert_close(total / count, mean.detach(), rtol=1e-6, atol=1e-6)
+        for name, p in model.named_parameters():
+            torch.testing.assert_close(accumulated[name], p.grad, rtol=1e-4, atol=1e-6, msg=name)
+    _, whole = model(idx, targets, return_logits, reduction="sum")
+    _, whole_mean = model(idx, targets, return_logits)
+    torch.testing.assert_close(whole / count, whole_mean, rtol=1e-6, atol=1e-6)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from model_variants import MODERN_VARIANTS, all_configs, modern_config
 from tinylm.config import ModelConfig, swiglu_hidden
 from tinylm.models.factory import build_model
+from tinylm.models.modern.mask import attention_mask
 from tinylm.models.modern.mlp import SwiGLU
 from tinylm.models.modern.moe import MixtureOfExperts
 from tinylm.models.modern.norm import RMSNorm
@@ -228,6 +229,32 @@ def test_sliding_window_bounds_the_receptive_field() -> None:
         diff = (model(idx)[0] - model(changed)[0]).abs().amax(-1)[0]
     affected = set(torch.nonzero(diff > 1e-6).flatten().tolist())
     assert affected == set(range(6, 11))
+
+
+def test_segment_mask_is_causal_within_each_segment_and_window() -> None:
+    segments = torch.tensor([[0, 0, 0, 1, 1, -1]])
+    mask, is_causal = attention_mask(6, 0, 2, None, torch.device("cpu"), segments)
+    expected = torch.zeros(6, 6, dtype=torch.bool)
+    for q in range(6):
+        for k in range(6):
+            expected[q, k] = k <= q and q - k < 2 and segments[0, q] == segments[0, k]
+    assert not is_causal and torch.equal(mask[0, 0], expected)
+    # without segments, padding or a biting window: no mask tensor, the fused causal kernel
+    assert attention_mask(6, 0, None, None, torch.device("cpu")) == (None, True)
+    assert attention_mask(6, 0, 8, None, torch.device("cpu")) == (None, True)
+
+
+@pytest.mark.parametrize("name", ["gqa", "window", "mla", "classic"])
+def test_packed_positions_and_segments_reproduce_each_sequence_alone(name: str) -> None:
+    model = _model(ALL[name])
+    first, second = torch.randint(0, 97, (1, 9)), torch.randint(0, 97, (1, 7))
+    row = torch.cat([first, second], 1)
+    positions = torch.cat([torch.arange(9), torch.arange(7)])[None]
+    segments = torch.tensor([[0] * 9 + [1] * 7])
+    with torch.no_grad():
+        packed = model(row, positions=positions, segments=segments)[0]
+        torch.testing.assert_close(packed[:, :9], model(first)[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(packed[:, 9:], model(second)[0], atol=1e-5, rtol=1e-5)
 
 
 def test_output_gate_scales_heads() -> None:

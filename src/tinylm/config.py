@@ -37,6 +37,7 @@ class ModelConfig:
     # classic (GPT-2 style) only
     attn_impl: Literal["manual", "sdpa"] = "manual"
     qkv_bias: bool = False
+    head_bias: bool = False  # GPT-2's head has none; the seed's 13m preset had one (see presets.py)
     layer_norm_eps: float = 1e-5
 
     # modern only
@@ -159,6 +160,9 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """A saved config; classic ones written before `head_bias` existed all had the bias."""
+        if data.get("arch") == "classic" and "head_bias" not in data:
+            data = {**data, "head_bias": True}
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

@@ -2,8 +2,10 @@
 
 `tiny` is fixed so results can be compared with other projects (the modern one has exactly the
 parameter count of `transformers` `LlamaForCausalLM` at the same config: 1,311,872). `13m` is the
-seed's classic configuration (13,142,656 parameters). The larger ones follow GPT-2 (124m, 350m) and
-Llama 3.2 (1b, 3b) shapes, with the r50k vocabulary padded to a multiple of 64 (50304).
+seed's classic configuration (13,142,656 parameters, which include the seed's output-head bias: the
+one preset that keeps `head_bias=True`; every other classic model has GPT-2's bias-free head).
+The larger ones follow GPT-2 (124m, 350m) and Llama 3.2 (1b, 3b) shapes,
+with the r50k vocabulary padded to a multiple of 64 (50304).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ _SHAPES: dict[str, dict[str, Any]] = {
 
 PRESETS: tuple[str, ...] = tuple(_SHAPES)
 
+# classic-only settings a preset fixes beyond its shape
+_CLASSIC_EXTRAS: dict[str, dict[str, Any]] = {"13m": dict(head_bias=True)}
+
 
 def preset_config(name: str, arch: str = "modern", **overrides: Any) -> ModelConfig:
     """The ModelConfig of a named preset for one architecture, with optional field overrides."""
@@ -35,7 +40,7 @@ def preset_config(name: str, arch: str = "modern", **overrides: Any) -> ModelCon
     shape = dict(_SHAPES[name])
     kv = shape.pop("kv")
     if arch == "classic":
-        base = dict(arch="classic", tie_embeddings=False, **shape)
+        base = dict(arch="classic", tie_embeddings=False, **shape, **_CLASSIC_EXTRAS.get(name, {}))
     elif arch == "modern":
         base = dict(arch="modern", tie_embeddings=True, n_kv_head=kv, **shape)
     else:

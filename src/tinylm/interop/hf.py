@@ -163,12 +163,12 @@ def to_hf_weights(weights: dict[str, torch.Tensor], config: ModelConfig) -> dict
     if config.tie_embeddings:
         weights.pop("lm_head.weight", None)
     if architecture == "GPT2LMHeadModel":
-        head_bias = weights.pop("lm_head.bias")
-        if head_bias.abs().max().item() != 0.0:
+        head_bias = weights.pop("lm_head.bias", None)  # only with head_bias=True (the seed's 13m preset)
+        if head_bias is not None and head_bias.abs().max().item() != 0.0:
             raise _refuse("a classic model whose lm_head bias is not zero", "GPT-2's head has no bias")
+        dtype = weights["token_embed.weight"].dtype
         for i in range(config.n_blocks):  # GPT-2's c_attn always has a bias; ours may not
-            weights.setdefault(f"blocks.{i}.attn.qkv.bias", torch.zeros(3 * config.n_embed,
-                                                                        dtype=head_bias.dtype))
+            weights.setdefault(f"blocks.{i}.attn.qkv.bias", torch.zeros(3 * config.n_embed, dtype=dtype))
     return rename(weights, architecture, to_hf=True)
 
 
@@ -220,7 +220,8 @@ def state_dict_from_hf(hf_state: dict[str, torch.Tensor], config: ModelConfig) -
         hf_state.pop("lm_head.weight", None)
     out = rename(hf_state, architecture, to_hf=False)
     if architecture == "GPT2LMHeadModel":
-        out["lm_head.bias"] = torch.zeros(config.vocab_size, dtype=out["token_embed.weight"].dtype)
+        if config.head_bias:
+            out["lm_head.bias"] = torch.zeros(config.vocab_size, dtype=out["token_embed.weight"].dtype)
         if not config.qkv_bias:
             for i in range(config.n_blocks):
                 out.pop(f"blocks.{i}.attn.qkv.bias", None)

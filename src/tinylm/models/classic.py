@@ -1,11 +1,16 @@
 """The classic decoder: GPT-2 as it was in 2019, the baseline every modern idea is measured against.
 
     tokens + learned positions -> [LayerNorm -> attention, LayerNorm -> ReLU MLP 4x] x n_blocks
-                               -> LayerNorm -> lm_head (own matrix, with bias)
+                               -> LayerNorm -> lm_head (own matrix)
 
 Attention is written out by hand (scores, causal mask, softmax, weighted sum) because this is the
 model you read to understand attention; `attn_impl="sdpa"` swaps in the fused kernel with the same
-result, so speed comparisons against the modern model are fair.
+result, so speed comparisons against the modern model are fair. Which keys a query may see (causal,
+no padding, its own conversation in a packed row) comes from the same `attention_mask` as the
+modern model's.
+
+The head has no bias by default, as GPT-2's has none, so a trained model exports to
+`GPT2LMHeadModel` as it is; `head_bias=True` (the seed's `13m` preset) adds one.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from tinylm.config import ModelConfig
 from tinylm.models.accounting import count_params, training_flops_per_token
 from tinylm.models.init import init_gpt2
 from tinylm.models.loss import output_head_loss
+from tinylm.models.modern.mask import attention_mask
 
 
 class CausalSelfAttention(nn.Module):
@@ -32,23 +38,21 @@ class CausalSelfAttention(nn.Module):
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, key_valid: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
+        """`allowed` [B or 1, 1, T, T] (True = may attend) from `attention_mask`; None = plain causal."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=-1)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))  # [B, H, T, hd]
-        allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # query i sees keys 0..i
-        if key_valid is not None:  # left padding: never attend to it (but a query always sees itself)
-            allowed = (allowed & key_valid[:, None, None, :]) | torch.eye(T, dtype=torch.bool, device=x.device)
         if self.impl == "manual":
+            if allowed is None:
+                allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # query i sees keys 0..i
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # [B, H, T, T]
             scores = scores.masked_fill(~allowed, float("-inf"))
             y = self.attn_dropout(F.softmax(scores, dim=-1)) @ v
         else:
             dropout = self.attn_dropout.p if self.training else 0.0
-            if key_valid is None:
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
-            else:
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None,
+                                               dropout_p=dropout)
         y = y.transpose(1, 2).reshape(B, T, C)
         return self.resid_dropout(self.o_proj(y))
 
@@ -74,8 +78,8 @@ class ClassicBlock(nn.Module):
         self.ln2 = nn.LayerNorm(config.n_embed, eps=config.layer_norm_eps)
         self.mlp = ReluMLP(config)
 
-    def forward(self, x: torch.Tensor, key_valid: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), key_valid)
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), allowed)
         return x + self.mlp(self.ln2(x))
 
 
@@ -90,7 +94,7 @@ class ClassicGPT(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(ClassicBlock(config) for _ in range(config.n_blocks))
         self.ln_f = nn.LayerNorm(config.n_embed, eps=config.layer_norm_eps)
-        self.lm_head = nn.Linear(config.n_embed, config.vocab_size, bias=True)
+        self.lm_head = nn.Linear(config.n_embed, config.vocab_size, bias=config.head_bias)
         if config.tie_embeddings:
             self.lm_head.weight = self.token_embed.weight
         init_gpt2(self, config.n_blocks, config.init_std)
@@ -101,8 +105,13 @@ class ClassicGPT(nn.Module):
         cache: None = None,
         positions: torch.Tensor | None = None,
         valid: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Final-LayerNorm hidden states [B, T, n_embed]; the classic model has no KV cache."""
+        """Final-LayerNorm hidden states [B, T, n_embed]; the classic model has no KV cache.
+
+        `positions` [T] or [B, T] index the learned position table (packed rows restart them at 0 per
+        conversation), `valid` [B, T] is False for left padding, `segments` [B, T] confine attention.
+        """
         if cache is not None:
             raise ValueError("the classic model has no KV cache; call forward_hidden without one")
         T = idx.shape[1]
@@ -110,19 +119,27 @@ class ClassicGPT(nn.Module):
             raise ValueError(f"sequence of {T} tokens exceeds context_length {self.config.context_length}")
         if positions is None:
             positions = torch.arange(T, device=idx.device)
+        allowed, _ = attention_mask(T, 0, None, valid, idx.device, segments)
         x = self.dropout(self.token_embed(idx) + self.pos_embed(positions))
         for block in self.blocks:
             if self.config.gradient_checkpointing and self.training:
-                x = torch.utils.checkpoint.checkpoint(block, x, valid, use_reentrant=False)
+                x = torch.utils.checkpoint.checkpoint(block, x, allowed, use_reentrant=False)
             else:
-                x = block(x, valid)
+                x = block(x, allowed)
         return self.ln_f(x)
 
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        return_logits: bool = True,
+        positions: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
+        reduction: str = "mean",
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(logits [B, T, vocab], mean cross-entropy or None); `return_logits=False` as in ModernGPT.forward."""
-        return output_head_loss(self.lm_head, self.forward_hidden(idx), targets, return_logits)
+        """(logits [B, T, vocab], cross-entropy or None); arguments as in ModernGPT.forward."""
+        hidden = self.forward_hidden(idx, positions=positions, segments=segments)
+        return output_head_loss(self.lm_head, hidden, targets, return_logits, reduction)
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
         return count_params(self, non_embedding, active)

@@ -14,6 +14,11 @@ known right away, while the chunk is still in cache. They are computed in the fo
 kept (the memory of the inputs, not of the logits); `backward` only scales them by the incoming
 gradient, which is exact because the loss is a scalar. Without gradients (evaluation) only the
 loss is computed. Rows whose target is `ignore_index` count neither in the sum nor in the mean.
+
+`reduction="sum"` returns the sum over target tokens instead of their mean (the 1 / n_targets
+factor is simply left out), so a trainer can add up micro-batches or ranks that hold different
+numbers of target tokens and divide once by the total: exact accumulation for SFT, where each row
+has as many targets as its assistant turns have tokens.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+IGNORE_INDEX = -1  # the models' ignored target; output_head_loss maps every negative target (e.g. -100) to it
+REDUCTIONS = ("mean", "sum")
 # float32 logits per chunk: on a CPU ~32 MB, near the cache and still large enough for an efficient
 # matmul; a GPU needs far bigger matmuls to fill its cores and has the memory bandwidth (~1 GB)
 CHUNK_ELEMENTS = {"cpu": 1 << 23, "cuda": 1 << 28}
@@ -33,14 +40,16 @@ def default_chunk_rows(vocab_size: int, device_type: str = "cpu") -> int:
 
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, chunk_rows: int, ignore_index: int):  # type: ignore[override]
+    def forward(ctx, hidden, weight, bias, targets, chunk_rows: int, ignore_index: int,  # type: ignore[override]
+                reduction: str = "mean"):
         want_grads = any(ctx.needs_input_grad[:3])
         device = hidden.device.type
         # the head's matmuls run in the autocast dtype if one is active, exactly as `lm_head(hidden)` would
         compute = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
         valid = targets != ignore_index
         n_targets = valid.sum()
-        scale = 1.0 / n_targets.clamp(min=1).float()  # 0 targets: the loss is 0/0 = nan, as in F.cross_entropy
+        # each counted row's share of the loss: 1 / n for the mean (0 targets: 0/0 = nan, as in F.cross_entropy)
+        scale = 1.0 / n_targets.clamp(min=1).float() if reduction == "mean" else torch.ones((), device=hidden.device)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if want_grads else None
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_grads else None
@@ -69,7 +78,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                     grad_weight += grad.t() @ h
                 if grad_bias is not None:
                     grad_bias += grad.sum(0)
-        loss = total / n_targets.float()
+        loss = total / n_targets.float() if reduction == "mean" else total
         if want_grads:
             ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
             ctx.dtypes = (weight.dtype, None if bias is None else bias.dtype)
@@ -86,7 +95,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             grad_bias = (grad_bias * grad_loss).to(bias_dtype)
         else:
             grad_bias = None
-        return grad_hidden, grad_weight, grad_bias, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
 
 
 def chunked_cross_entropy(
@@ -95,29 +104,42 @@ def chunked_cross_entropy(
     targets: torch.Tensor,
     bias: torch.Tensor | None = None,
     chunk_rows: int | None = None,
-    ignore_index: int = -1,
+    ignore_index: int = IGNORE_INDEX,
+    reduction: str = "mean",
 ) -> torch.Tensor:
-    """mean CE of `F.linear(hidden, weight, bias)` against `targets` (same value and gradients as the plain way).
+    """mean (or sum) CE of `F.linear(hidden, weight, bias)` against `targets`, as the plain way computes it.
 
     hidden [..., C], targets [...] (same leading shape), weight [V, C], bias [V] or None.
     """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction={reduction!r}: choose one of {', '.join(REDUCTIONS)}")
     rows = hidden.reshape(-1, hidden.shape[-1])
     chunk_rows = chunk_rows or default_chunk_rows(weight.shape[0], hidden.device.type)
-    return _ChunkedLinearCrossEntropy.apply(rows, weight, bias, targets.reshape(-1), chunk_rows, ignore_index)
+    return _ChunkedLinearCrossEntropy.apply(rows, weight, bias, targets.reshape(-1), chunk_rows, ignore_index,
+                                            reduction)
 
 
 def output_head_loss(
-    lm_head: nn.Linear, hidden: torch.Tensor, targets: torch.Tensor | None, return_logits: bool = True
+    lm_head: nn.Linear,
+    hidden: torch.Tensor,
+    targets: torch.Tensor | None,
+    return_logits: bool = True,
+    reduction: str = "mean",
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """(logits or None, mean CE or None): what both models' `forward` returns.
+    """(logits or None, CE mean or sum over target tokens, or None): what both models' `forward` returns.
 
     Logits asked for: the plain head and `F.cross_entropy` (cheapest when the logits exist anyway).
     Logits not asked for (training, evaluation): the chunked loss, logits None.
+    Every negative target is ignored: -1 (pretraining) and -100 (PyTorch's and Hugging Face's convention).
     """
     if targets is None:
         return lm_head(hidden), None
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction={reduction!r}: choose one of {', '.join(REDUCTIONS)}")
+    targets = targets.clamp(min=IGNORE_INDEX)
     if not return_logits:
-        return None, chunked_cross_entropy(hidden, lm_head.weight, targets, lm_head.bias)
+        return None, chunked_cross_entropy(hidden, lm_head.weight, targets, lm_head.bias, reduction=reduction)
     logits = lm_head(hidden)
-    loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1)
+    loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1),
+                           ignore_index=IGNORE_INDEX, reduction=reduction)
     return logits, loss

@@ -4,6 +4,8 @@
 
 Positions enter only through RoPE inside attention, so there is no position table. `forward` is the
 training interface; `forward_hidden` with a `KVCache` (from `new_cache`) is the generation one.
+For packed rows (several conversations per row), `positions` restart at 0 in each conversation and
+`segments` confine attention to it (models/modern/mask.py).
 """
 
 from __future__ import annotations
@@ -60,14 +62,15 @@ class ModernGPT(nn.Module):
         cache: KVCache | None = None,
         positions: torch.Tensor | None = None,
         valid: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Final-norm hidden states [B, T, n_embed] for tokens idx [B, T].
 
         With a cache, the tokens continue what it holds. `positions` [B, T] (default: consecutive
         from the cache length) and `valid` [B, T] (False for left padding) serve batches of prompts
-        of different lengths.
+        of different lengths. `segments` [B, T] (no cache): a token attends only within its segment.
         """
-        return self._hidden_and_aux(idx, cache, positions, valid)[0]
+        return self._hidden_and_aux(idx, cache, positions, valid, segments)[0]
 
     def _hidden_and_aux(
         self,
@@ -75,13 +78,16 @@ class ModernGPT(nn.Module):
         cache: KVCache | None = None,
         positions: torch.Tensor | None = None,
         valid: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         T = idx.shape[1]
         start = cache.length if cache is not None else 0
+        if segments is not None and cache is not None:
+            raise ValueError("segments (packed rows) are for training; pass them without a KV cache")
         if positions is None:
             positions = torch.arange(start, start + T, device=idx.device)
         key_valid = cache.mark_valid(valid, T) if cache is not None else valid
-        mask, is_causal = attention_mask(T, start, self.config.sliding_window, key_valid, idx.device)
+        mask, is_causal = attention_mask(T, start, self.config.sliding_window, key_valid, idx.device, segments)
         x = self.dropout(self.token_embed(idx))
         cos, sin = self.rope(positions, x.dtype, upto=start + T)
         aux_total: torch.Tensor | None = None
@@ -98,18 +104,26 @@ class ModernGPT(nn.Module):
 
     # ---- training interface --------------------------------------------------------------------
     def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None, return_logits: bool = True
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        return_logits: bool = True,
+        positions: torch.Tensor | None = None,
+        segments: torch.Tensor | None = None,
+        reduction: str = "mean",
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(logits [B, T, vocab], mean cross-entropy + MoE balance loss in training mode, or None).
 
         Training passes `return_logits=False`: the loss then goes through the output head in chunks
         (`models/loss.py`, same value and gradients) without ever holding the full logits, and the
-        logits come back as None.
+        logits come back as None. Packed rows pass `positions` and `segments` [B, T].
+        `reduction="sum"`: the cross-entropy summed over target tokens (the MoE balance loss then
+        counts once per target token, so sum / n_targets is the mean loss).
         """
-        hidden, aux = self._hidden_and_aux(idx)
-        logits, loss = output_head_loss(self.lm_head, hidden, targets, return_logits)
+        hidden, aux = self._hidden_and_aux(idx, positions=positions, segments=segments)
+        logits, loss = output_head_loss(self.lm_head, hidden, targets, return_logits, reduction)
         if loss is not None and aux is not None and self.training:
-            loss = loss + aux
+            loss = loss + (aux if reduction == "mean" else aux * (targets >= 0).sum())
         return logits, loss
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:

@@ -1,0 +1,63 @@
+"""What every built-in task gives: examples as chat messages, a held-out split, and a verifier.
+
+The split is decided by a stable hash of the problem itself (blake2b of its key, e.g. "123+456"),
+never by the seed or by a position in a list, so the train and test problems are disjoint sets
+whatever n and seed are asked for, on every machine and Python version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Literal
+
+from tinylm.errors import TinyLMError
+
+Split = Literal["train", "test"]
+SPLITS: tuple[str, ...] = ("train", "test")
+TEST_SHARE = 0.1  # share of all problems held out for evaluation
+
+
+def split_of(key: str) -> Split:
+    """'test' for about TEST_SHARE of all problem keys, 'train' for the rest; a fixed function of the key."""
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
+    return "test" if int.from_bytes(digest, "big") < TEST_SHARE * 2**64 else "train"
+
+
+def check_split(split: str) -> Split:
+    if split not in SPLITS:
+        raise TinyLMError(f"unknown split {split!r}: choose 'train' or 'test'")
+    return split  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Example:
+    """One problem as a conversation: the user's prompt and the reference assistant answer."""
+
+    key: str  # identifies the problem; decides its split
+    messages: tuple[dict[str, str], ...]  # ({"role": "user", ...}, {"role": "assistant", ...})
+    answer: str  # the reference string a verifier compares against
+
+    @property
+    def prompt(self) -> list[dict[str, str]]:
+        """The messages without the final assistant answer: what a model is asked."""
+        return [dict(m) for m in self.messages[:-1]]
+
+
+def conversation(key: str, user: str, answer: str) -> Example:
+    return Example(key, ({"role": "user", "content": user}, {"role": "assistant", "content": answer}), answer)
+
+
+class Task(ABC):
+    """A family of problems with one answer format and an exact verifier."""
+
+    name: str
+
+    @abstractmethod
+    def examples(self, split: str, n: int, seed: int = 0) -> list[Example]:
+        """n distinct problems of `split` (fewer if the split has fewer), the same list for the same seed."""
+
+    @abstractmethod
+    def verify(self, response: str, example: Example) -> bool:
+        """True when a model's response text answers the example exactly (after the task's normalisation)."""
