@@ -86,7 +86,7 @@ def write_peft_adapter(
     model: nn.Module, cfg: LoraConfig, out_dir: str | Path, base_model_name_or_path: str
 ) -> Path:
     """Write `out_dir` (whole or not at all) with the adapters of a model wrapped by `apply_lora`."""
-    from safetensors.torch import save_file
+    from tinylm.checkpoint import save_safetensors
 
     config: ModelConfig = model.config
     weights = peft_adapter_weights(lora_state_dict(model), config)
@@ -96,6 +96,6 @@ def write_peft_adapter(
     hf_base_names = list(to_hf_weights(base_state_dict(model), config))
     adapter_config = peft_adapter_config(cfg, _target_modules(adapted, hf_base_names), base_model_name_or_path)
     with output_folder(out_dir) as folder:
-        save_file(weights, str(folder / ADAPTER_WEIGHTS), metadata={"format": "pt"})
+        save_safetensors(weights, folder / ADAPTER_WEIGHTS, metadata={"format": "pt"})
         (folder / ADAPTER_CONFIG).write_text(json.dumps(adapter_config, indent=2) + "\n", encoding="utf-8")
     return Path(out_dir)

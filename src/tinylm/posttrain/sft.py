@@ -133,6 +133,8 @@ class SFTStage(Stage):
         env = ctx.env
         self.loader = RowLoader(self.train_rows, cfg.batch_size, seed=cfg.seed, rank=env.rank,
                                 world_size=env.world_size, device=ctx.device)
+        # read once: keep_last may prune the checkpoint this run resumed from
+        self.lineage = lineage(self.name, ctx.resume, self.base, str(cfg.data), ctx.run_dir)
 
     def _prepare_tokenizer(self, ctx: StageContext) -> None:
         """The base's tokenizer with the chat tokens (added if missing) and the model config that fits it."""
@@ -346,7 +348,7 @@ class SFTStage(Stage):
         meta: dict[str, Any] = {
             "stage": self.name, "data": cfg.data, "base": str(self.base),
             "chat_template": self.chat.jinja_template(),
-            "lineage": lineage(self.name, self.ctx.resume, self.base, str(cfg.data), self.ctx.run_dir),
+            "lineage": self.lineage,
         }
         if cfg.lora_rank:
             meta["adapter"] = {"lora": cfg.lora_config().to_dict(), "base": str(self.base),

@@ -33,7 +33,9 @@ from tinylm.checkpoint import (
     has_train_state,
     list_checkpoints,
     load_train_state,
+    newest_resumable,
     save_checkpoint,
+    sweep_leftovers,
 )
 from tinylm.config import ModelConfig
 from tinylm.device import configure_backends, describe, empty_cache, peak_flops, resolve_dtype
@@ -54,7 +56,8 @@ from tinylm.train.mfu import model_flops_utilization
 from tinylm.train.optim import AnyOptimizer, build_optimizer, members
 from tinylm.train.progress import Progress
 from tinylm.train.rng import capture_rng, restore_rng
-from tinylm.train.run_dir import choose_run_dir, find_resume_checkpoint
+from tinylm.train.run_dir import choose_run_dir, plan_resume
+from tinylm.train.run_lock import RunLock
 from tinylm.train.schedule import LRSchedule, apply_lr
 from tinylm.train.stage import Stage, StageContext
 from tinylm.train.step import accumulate_gradients, clip_gradients
@@ -131,6 +134,7 @@ class _Run:
         if cfg.fsdp and not env.enabled:
             raise TinyLMError("--fsdp shards across processes: launch with torchrun --nproc_per_node=N")
         self.progress = Progress(cfg.max_steps, enabled=False)  # replaced once the start step is known
+        self.lock: RunLock | None = None
 
     # ---- messages --------------------------------------------------------------------------------
     def say(self, line: str) -> None:
@@ -142,7 +146,11 @@ class _Run:
         cfg, env = self.cfg, self.env
         chosen = choose_run_dir(cfg.out, *self.stage.run_name(cfg), cfg.resume) if env.is_main else None
         self.run_dir = Path(all_gather_objects(str(chosen), env)[0])
-        self.ckpt = find_resume_checkpoint(cfg.resume, self.run_dir)
+        self._lock_run_dir()
+        plan = plan_resume(cfg.resume, self.run_dir)
+        for line in plan.notes:
+            self.say(line)
+        self.ckpt = plan.checkpoint
         self.state: dict[str, Any] | None = None
         resume = start_from = None
         if self.ckpt is not None and not has_train_state(self.ckpt):
@@ -194,6 +202,22 @@ class _Run:
             self._restore(self.state)
         self.peak = peak_flops(self.device, self.dtype)
         self.flops_per_token = raw.flops_per_token(self.seq_len)
+
+    def _lock_run_dir(self) -> None:
+        """Rank 0 holds RUN/.lock for the whole run and sweeps crash leftovers; a refusal stops every rank."""
+        refusal = None
+        if self.env.is_main:
+            self.lock = RunLock(self.run_dir)
+            try:
+                note = self.lock.acquire()
+            except TinyLMError as exc:
+                refusal = str(exc)
+            else:
+                for line in ([note] if note else []) + sweep_leftovers(self.run_dir):
+                    self.say(line)
+        refusal = all_gather_objects(refusal, self.env)[0]
+        if refusal is not None:
+            raise TinyLMError(refusal)
 
     def _default_schedule_steps(self) -> int:
         if self.cfg.max_tokens is None:
@@ -269,6 +293,13 @@ class _Run:
 
     # ---- the loop ----------------------------------------------------------------------------------
     def train(self) -> TrainSummary:
+        try:
+            return self._train()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def _train(self) -> TrainSummary:
         cfg, env = self.cfg, self.env
         self._setup()
         self._announce()
@@ -434,7 +465,7 @@ class _Run:
             if must_save:
                 checkpoint = self.save({"loss": last_loss, **evaluation})
             elif existing:
-                checkpoint = existing[-1]
+                checkpoint = newest_resumable(self.run_dir)[0] or existing[-1]
             if env.is_main:
                 self._plot()
                 sample = self.stage.finish(self.raw)

@@ -65,6 +65,8 @@ class PretrainStage(Stage):
         self.dev_batches = dev
         sidecar = read_sidecar(self.data_dir, "dev")
         self.dev_tokens, self.dev_bytes = int(sidecar["tokens"]), int(sidecar["bytes"])
+        # read once: keep_last may prune the checkpoint this run resumed from
+        self.lineage = lineage(self.name, ctx.resume, ctx.start_from, str(self.data_dir), ctx.run_dir)
 
     def model_config(self) -> ModelConfig:
         return self.mcfg
@@ -109,9 +111,7 @@ class PretrainStage(Stage):
         return self.data_dir / TOKENIZER
 
     def checkpoint_meta(self) -> dict[str, Any]:
-        return {"stage": self.name, "data": str(self.data_dir),
-                "lineage": lineage(self.name, self.ctx.resume, self.ctx.start_from, str(self.data_dir),
-                                   self.ctx.run_dir)}
+        return {"stage": self.name, "data": str(self.data_dir), "lineage": self.lineage}
 
     def finish(self, model: nn.Module) -> str | None:
         cfg = self.ctx.cfg
