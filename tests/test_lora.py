@@ -18,6 +18,7 @@ from torch import nn
 from model_variants import classic_config, modern_config
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
+from tinylm.models.lora_merge import merged_weights
 from tinylm.posttrain.lora import (
     LoraConfig,
     LoRALinear,
@@ -29,7 +30,6 @@ from tinylm.posttrain.lora import (
     lora_parameters,
     lora_state_dict,
     merge_lora,
-    merged_weights,
     parse_targets,
 )
 
@@ -126,18 +126,18 @@ def test_merged_weights_from_tensors_equal_merge_lora(variant: str) -> None:
     apply_lora(model, cfg)
     with_random_adapters(model)
     base, lora = base_state_dict(model), lora_state_dict(model)
-    from_tensors = merged_weights({k: v.clone() for k, v in base.items()}, lora, cfg)
+    from_tensors = merged_weights({k: v.clone() for k, v in base.items()}, lora, cfg.scale)
     merged = merge_lora(copy.deepcopy(model)).state_dict()
     assert set(from_tensors) == set(merged)
     assert all(torch.equal(from_tensors[k], merged[k]) for k in merged)
     with pytest.raises(TinyLMError, match="malformed"):
-        merged_weights(base, {k: v for k, v in lora.items() if not k.endswith("lora_B")}, cfg)
+        merged_weights(base, {k: v for k, v in lora.items() if not k.endswith("lora_B")}, cfg.scale)
 
 
 def test_merged_weights_closed_form() -> None:
     W, A, B = torch.randn(6, 5), torch.randn(2, 5), torch.randn(6, 2)
     cfg = LoraConfig(rank=2, alpha=3.0)
-    out = merged_weights({"layer.weight": W}, {"layer.lora_A": A, "layer.lora_B": B}, cfg)
+    out = merged_weights({"layer.weight": W}, {"layer.lora_A": A, "layer.lora_B": B}, cfg.scale)
     expected = W + 1.5 * torch.einsum("or,ri->oi", B, A)
     assert torch.allclose(out["layer.weight"], expected, atol=1e-6)
 

@@ -233,3 +233,22 @@ def test_lora_with_added_chat_tokens_trains_and_saves_the_embedding(tmp_path: Pa
     end = stored["token_embed.weight"][-1]  # <|end|>, appended last
     rows_before = load_model(base)[0].token_embed.weight.detach()
     assert not torch.allclose(end, rows_before.mean(0))  # it moved from its mean start
+
+
+def test_an_adapter_checkpoint_loads_as_its_base_plus_the_merged_adapters(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from tinylm.posttrain.lora import apply_lora, load_lora_state_dict
+
+    summary = run_training(sft_config(tmp_path / "lora", lora_rank=4, lr=1e-2, max_steps=3), stage=SFTStage())
+    loaded, _, meta = load_model(summary.checkpoint)  # what generate, chat and export see
+    reference, _, _ = load_model(meta["adapter"]["base"])
+    apply_lora(reference, sft_config(tmp_path / "x", lora_rank=4).lora_config())
+    load_lora_state_dict(reference, read_weights(Path(summary.checkpoint)))
+    x = torch.randint(0, loaded.config.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(loaded(x)[0], reference.eval()(x)[0], atol=1e-5)
+        assert not torch.allclose(loaded(x)[0], load_model(meta["adapter"]["base"])[0](x)[0], atol=1e-3)
+    capsys.readouterr()
+    assert main(["generate", "--checkpoint", str(tmp_path / "lora"), "--prompt", "What", "--max-new-tokens", "3",
+                 "--temperature", "0"]) == 0
+    assert capsys.readouterr().out.startswith("What")

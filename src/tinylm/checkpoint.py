@@ -404,8 +404,34 @@ def full_state_dict(model: nn.Module, stored: dict[str, torch.Tensor], path: Pat
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
-    """Load a checkpoint's weights into a plain (unwrapped, unsharded) model, in place."""
-    model.load_state_dict(full_state_dict(model, read_weights(path), path), strict=True)
+    """Load a checkpoint's weights into a plain (unwrapped, unsharded) model, in place.
+
+    An adapter-only checkpoint (a LoRA run: config.json has "adapter") holds only the A and B matrices
+    and any matrix it trained whole; its model is its base's weights with the adapters folded in.
+    """
+    adapter = read_checkpoint_config(path).get("adapter")
+    stored = read_weights(path) if adapter is None else adapter_weights(path, adapter)
+    model.load_state_dict(full_state_dict(model, stored, path), strict=True)
+
+
+def adapter_weights(path: Path, adapter: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The full weights of an adapter-only checkpoint: base, then the matrices trained whole, then W + s B A."""
+    from tinylm.models.lora_merge import merged_weights
+
+    base_name = adapter.get("base")
+    try:
+        scale = float(adapter["scale"])
+        base = resolve_checkpoint(base_name)
+    except (KeyError, TypeError, ValueError):
+        raise TinyLMError(f"corrupt checkpoint {path}: its adapter names no base or no scale") from None
+    except TinyLMError as exc:
+        raise TinyLMError(f"adapter checkpoint {path} needs its base {base_name}: {exc}") from None
+    stored = read_weights(path)
+    lora = {k: v for k, v in stored.items() if k.endswith((".lora_A", ".lora_B"))}
+    whole = {k: v for k, v in stored.items() if k not in lora}
+    base_adapter = read_checkpoint_config(base).get("adapter")  # a LoRA run on top of a LoRA run
+    base_weights = read_weights(base) if base_adapter is None else adapter_weights(base, base_adapter)
+    return merged_weights({**base_weights, **whole}, lora, scale)
 
 
 def load_train_state(path: Path) -> dict[str, Any]:

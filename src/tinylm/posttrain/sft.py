@@ -351,7 +351,8 @@ class SFTStage(Stage):
             "lineage": self.lineage,
         }
         if cfg.lora_rank:
-            meta["adapter"] = {"lora": cfg.lora_config().to_dict(), "base": str(self.base),
+            lora = cfg.lora_config()
+            meta["adapter"] = {"lora": lora.to_dict(), "scale": lora.scale, "base": str(self.base),
                                "added_tokens": self.added_tokens, "trained_whole": self._trained_whole(self.model)}
         return meta
 
