@@ -103,6 +103,11 @@ def test_lora_trains_only_adapters_and_saves_them_alone(tmp_path: Path) -> None:
     base_bytes = (list_checkpoints(base_run())[-1] / "model.safetensors").stat().st_size
     assert (ckpt / "model.safetensors").stat().st_size < base_bytes / 2
     assert any(torch.count_nonzero(t) for name, t in stored.items() if "lora_B" in name)  # B moved from 0
+    (merged,) = list_checkpoints(tmp_path / "lora" / "merged")  # and a self-contained merged copy
+    assert "adapter" not in json.loads((merged / "config.json").read_text())
+    x = torch.randint(0, 300, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.allclose(load_model(merged)[0](x)[0], load_model(ckpt)[0](x)[0], atol=1e-6)
 
 
 def test_lora_resume_is_bit_exact(tmp_path: Path) -> None:

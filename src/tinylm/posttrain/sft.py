@@ -32,6 +32,7 @@ from tinylm.checkpoint import (
     TOKENIZER,
     checkpoint_model_config,
     load_weights,
+    read_checkpoint_config,
     read_weights,
     resolve_checkpoint,
 )
@@ -356,12 +357,13 @@ class SFTStage(Stage):
                                "added_tokens": self.added_tokens, "trained_whole": self._trained_whole(self.model)}
         return meta
 
-    def finish(self, model: nn.Module) -> str | None:
+    def finish(self, model: nn.Module, checkpoint: Path | None) -> str | None:
+        if checkpoint is not None and self.ctx.cfg.lora_rank:  # type: ignore[attr-defined]
+            self.ctx.say(f"merged copy (base + adapters, loadable without the base): {save_merged(checkpoint, model)}")
         samples = getattr(self, "last_samples", None)
         if not samples:
             return None
         return "\n".join(f"{'ok ' if ok else 'bad'} {prompt!r} -> {reply!r}" for prompt, reply, ok in samples)
-
 
     def run_name(self, cfg: TrainConfig) -> tuple[str, str]:
         """runs/<base run>-sft by default: the base run's folder name, whichever checkpoint of it was given."""
@@ -369,3 +371,16 @@ class SFTStage(Stage):
         run = path.parent.parent if path.parent.name == "checkpoints" else path
         return run.name or "base", self.name
 
+
+def save_merged(adapter_checkpoint: Path, model: nn.Module) -> Path:
+    """RUN/merged/checkpoints/step_N: the adapter checkpoint's model with the adapters folded in, self-contained."""
+    from tinylm.checkpoint import adapter_weights, save_checkpoint
+
+    info = read_checkpoint_config(adapter_checkpoint)
+    adapter = info.pop("adapter")
+    meta = {k: v for k, v in info.items() if k not in ("format", "version", "step", "model")}
+    meta["merged_from"] = str(adapter_checkpoint)
+    return save_checkpoint(adapter_checkpoint.parent.parent / "merged", int(info["step"]), model,
+                           checkpoint_model_config(adapter_checkpoint),
+                           state_dict=adapter_weights(adapter_checkpoint, adapter),
+                           tokenizer_file=adapter_checkpoint / TOKENIZER, meta=meta)

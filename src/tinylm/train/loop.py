@@ -468,7 +468,7 @@ class _Run:
                 checkpoint = newest_resumable(self.run_dir)[0] or existing[-1]
             if env.is_main:
                 self._plot()
-                sample = self.stage.finish(self.raw)
+                sample = self.stage.finish(self.raw, checkpoint)
         else:
             found = list_checkpoints(self.run_dir) if env.is_main else []
             checkpoint = found[-1] if found else None

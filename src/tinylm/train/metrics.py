@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +27,56 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """All rows of a run's metrics.jsonl (a torn last line, from a kill mid-write, is skipped)."""
+NUMERIC_FIELDS = ("loss", "lr", "tokens", "tokens_per_s", "mfu", "grad_norm", "elapsed_s", "dev_loss", "dev_bpb")
+NON_FINITE = ("nan", "inf", "-inf")  # how `_clean` writes them
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def row_problem(row: Any) -> str | None:
+    """Why a parsed line is not a metrics row we wrote (None when it is one)."""
+    if not isinstance(row, dict):
+        return "not a JSON object"
+    step = row.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        return f"step {step!r} is not a whole number >= 0"
+    for name in NUMERIC_FIELDS:
+        value = row.get(name)
+        if value is None or value in NON_FINITE:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{name} {value!r} is not a number"
+    return None
+
+
+def read_metrics(run_dir: str | Path, say: Callable[[str], None] = _stderr) -> list[dict[str, Any]]:
+    """The rows of a run's metrics.jsonl; damaged ones (bad bytes, not JSON, wrong types) are skipped with a notice.
+
+    A torn last line, left by a kill mid-write, is skipped silently: it is what a crash leaves behind.
+    """
     path = Path(run_dir) / METRICS
     if not path.is_file():
         raise TinyLMError(f"no {METRICS} in {run_dir}: is it a tinylm run folder?")
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    rows, damaged = [], []
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
             continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+            problem = row_problem(row)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            row, problem = None, "not JSON text"
+        if problem is None:
+            rows.append(row)
+        elif number < len(lines):  # the last piece has no newline: a torn write, not damage
+            damaged.append(f"line {number} ({problem})")
+    if damaged:
+        shown = ", ".join(damaged[:3]) + (f" and {len(damaged) - 3} more" if len(damaged) > 3 else "")
+        say(f"tinylm: {path}: skipped {len(damaged)} damaged row{'s' if len(damaged) > 1 else ''}: {shown}")
     return rows
 
 

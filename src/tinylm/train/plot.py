@@ -1,12 +1,15 @@
 """The loss curve as a PNG, drawn from metrics.jsonl with matplotlib's file-only (Agg) backend.
 
-Training loss is noisy from batch to batch, so it is drawn faintly with an exponential moving average
-on top; dev loss points are the honest measure and are drawn as markers. Several runs can share one
-figure, which is how architectures or optimizers are compared.
+Training loss is noisy from batch to batch, so it is drawn faintly with a centered moving average on
+top (no lag, so it lies on the points even on a short run whose loss falls fast); dev loss points
+are the honest measure and are drawn as markers. Several runs can share one figure, which is how
+architectures or optimizers are compared.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 from pathlib import Path
 
@@ -16,12 +19,22 @@ from tinylm.train.metrics import read_metrics
 PLOT = "loss.png"
 
 
-def ema(values: list[float], beta: float = 0.9) -> list[float]:
-    """Bias-corrected exponential moving average (the first points are not dragged toward zero)."""
-    out, avg = [], 0.0
-    for i, v in enumerate(values, start=1):
-        avg = beta * avg + (1 - beta) * v
-        out.append(avg / (1 - beta**i))
+def smooth(values: list[float], half_width: int | None = None) -> list[float]:
+    """Centered moving average: each point is the mean of itself and `half_width` neighbours on each side.
+
+    A trailing average (an EMA) lags a falling loss and so draws the whole curve above the points of a
+    short run. A centered window has no lag: a straight line passes through unchanged, and every
+    smoothed point is a mean of raw ones, so the curve stays inside the raw range. Near the ends the
+    window shrinks to what fits on both sides (the first and last points are their own average).
+    The default width grows with the run: none below 20 points, at most 25 a side.
+    """
+    n = len(values)
+    half = min(25, n // 20) if half_width is None else half_width
+    sums = [0.0, *itertools.accumulate(values)]
+    out = []
+    for i in range(n):
+        reach = min(half, i, n - 1 - i)
+        out.append((sums[i + reach + 1] - sums[i - reach]) / (2 * reach + 1))
     return out
 
 
@@ -47,7 +60,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, title: 
         if train:
             steps, losses = zip(*train)
             ax.plot(steps, losses, color=color, alpha=0.25, linewidth=0.8)
-            ax.plot(steps, ema(list(losses)), color=color, linewidth=1.6, label=f"{label} train")
+            ax.plot(steps, smooth(list(losses)), color=color, linewidth=1.6, label=f"{label} train")
             drew = True
         if dev:
             steps, losses = zip(*dev)
@@ -62,9 +75,15 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, title: 
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(out_path.name + ".tmp")
-    fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-    tmp.replace(out_path)
+    try:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(tmp, format="png", dpi=110)
+        tmp.replace(out_path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # nothing half-written stays behind
+            tmp.unlink()
+        raise TinyLMError(f"cannot write the plot {out_path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
     return out_path

@@ -113,7 +113,7 @@ class PretrainStage(Stage):
     def checkpoint_meta(self) -> dict[str, Any]:
         return {"stage": self.name, "data": str(self.data_dir), "lineage": self.lineage}
 
-    def finish(self, model: nn.Module) -> str | None:
+    def finish(self, model: nn.Module, checkpoint: Path | None) -> str | None:
         cfg = self.ctx.cfg
         file = self.tokenizer_file()
         if cfg.sample_tokens <= 0 or cfg.fsdp or file is None or not file.is_file():

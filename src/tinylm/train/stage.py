@@ -115,8 +115,8 @@ class Stage:
         """Lines for the run header."""
         return []
 
-    def finish(self, model: nn.Module) -> str | None:
-        """Work at the end of a run on rank 0 (a sample, a final table); returns text to print."""
+    def finish(self, model: nn.Module, checkpoint: Path | None) -> str | None:
+        """Work at the end of a run on rank 0 (a sample, a merged copy), after the last checkpoint; text to print."""
         return None
 
 
