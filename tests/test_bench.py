@@ -111,3 +111,49 @@ def test_cli_rejects_unknown_section(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["bench", "--only", "train,warp", "--device", "cpu"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("tinylm: error: unknown bench section(s) warp")
+
+
+def test_cli_out_that_cannot_be_written_is_one_clear_line(monkeypatch: pytest.MonkeyPatch, tmp_path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A full disk or read-only folder (faked: CI runs as root, which may write anywhere) is one error line."""
+    from pathlib import Path
+
+    def full_disk(self: Path, *args: object, **kwargs: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    sets = [arg for name, value in MICRO.items() for arg in ("--set", f"{name}={value}")]
+    out = tmp_path / "bench.json"
+    code = main(["bench", *sets, "--batch-size", "2", "--seq-len", "16", "--repeats", "1", "--warmup", "0",
+                 "--device", "cpu", "--only", "train", "--no-reference", "--json", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert json.loads(captured.out)["train_tokens_per_s"] > 0  # the results were printed before the error
+    assert captured.err.strip().splitlines()[-1] == (
+        f"tinylm: error: cannot write --out {out}: No space left on device (the results are printed above)")
+
+
+def test_dtype_auto_uses_the_training_policy_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tinylm import measure_cache, precision
+
+    monkeypatch.setattr(measure_cache, "machine_busy", lambda: False)
+    options = BenchOptions(preset="tiny", overrides=MICRO, batch_size=2, seq_len=16, repeats=1, warmup=0,
+                           device="cpu", threads=1, dtype="auto", reference=False, decode_tokens=4,
+                           sections=("decode", "train"))
+    monkeypatch.setattr(precision, "native_bf16", lambda flags=None: None)
+    plain = run_bench(options)
+    assert plain["options"]["dtype"] == "fp32" and "no native bf16" in plain["dtype_reason"]
+    assert plain["decode_dtype"] == "fp32"
+    monkeypatch.setattr(precision, "native_bf16", lambda flags=None: "AMX-BF16")
+    monkeypatch.setattr(precision, "calibrate", lambda *a, **k: precision.Calibration(0.02, 0.01, 2.0, 0.1))
+    fast = run_bench(options)
+    assert fast["options"]["dtype"] == "bf16" and "AMX-BF16, calibration 2.00x faster" in fast["dtype_reason"]
+    assert "dtype: bf16 autocast" in format_table(fast)
+
+
+def test_explicit_bf16_decodes_with_bf16_weights() -> None:
+    options = BenchOptions(preset="tiny", overrides=MICRO, batch_size=2, seq_len=16, repeats=1, warmup=0,
+                           device="cpu", threads=1, dtype="bf16", reference=False, decode_tokens=4,
+                           sections=("decode",))
+    result = run_bench(options)
+    assert result["decode_dtype"] == "bf16" and result["decode_tokens_per_s"] > 0

@@ -106,3 +106,39 @@ def test_mfu() -> None:
     assert model_flops_utilization(6e6, 1e5, 1e12, n_devices=2) == pytest.approx(0.3)
     assert model_flops_utilization(6e6, 1e5, None) is None
     assert model_flops_utilization(6e6, 0.0, 1e12) is None
+
+
+# ---- bf16 autocast training on a CPU --------------------------------------------------------------------
+
+def test_bf16_exact_resume_on_cpu(tmp_path) -> None:
+    """bf16 autocast keeps fp32 master weights and optimizer state: a resumed run is still bit-identical."""
+    from test_train_support import MICRO, config, losses
+    from tinylm.train.loop import run_training
+
+    kw = dict(dtype="bf16", schedule_steps=8, overrides={**MICRO, "dropout": 0.1})
+    run_training(config(tmp_path / "straight", max_steps=8, **kw))
+    run_training(config(tmp_path / "resumed", max_steps=4, **kw))
+    run_training(config(tmp_path / "resumed", max_steps=8, resume="latest", **kw))
+    assert losses(tmp_path / "resumed") == losses(tmp_path / "straight")
+    fp32 = run_training(config(tmp_path / "fp32", max_steps=8, dtype="fp32", schedule_steps=8,
+                               overrides={**MICRO, "dropout": 0.1}))
+    assert fp32.final_loss != losses(tmp_path / "straight")[-1]  # bf16 really ran: the rounding shows
+
+
+@pytest.mark.slow
+def test_bf16_dev_loss_stays_within_seed_noise_of_fp32(tmp_path) -> None:
+    """Over a short run the bf16 curve ends where fp32 does, within the spread two fp32 seeds give."""
+    from test_train_support import MICRO, config
+    from tinylm.train.loop import run_training
+
+    kw = dict(max_steps=150, eval_every=0, warmup_steps=10, overrides={**MICRO, "n_embed": 64, "n_head": 4})
+
+    def dev_loss(name: str, dtype: str, seed: int) -> float:
+        loss = run_training(config(tmp_path / name, dtype=dtype, seed=seed, **kw)).dev_loss
+        assert loss is not None
+        return loss
+
+    fp32_a, fp32_b = dev_loss("fp32-a", "fp32", 3), dev_loss("fp32-b", "fp32", 4)
+    bf16_a = dev_loss("bf16-a", "bf16", 3)
+    noise = abs(fp32_a - fp32_b)
+    assert abs(bf16_a - fp32_a) <= max(2 * noise, 0.02 * fp32_a), (fp32_a, fp32_b, bf16_a)

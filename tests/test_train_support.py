@@ -72,7 +72,8 @@ def config(out: Path | None, **changes: Any) -> Any:
 
     base: dict[str, Any] = dict(data=str(data_dir()), out=None if out is None else str(out), overrides=dict(MICRO),
                                 batch_size=4, seq_len=16, max_steps=6, warmup_steps=2, log_every=1, eval_every=0,
-                                eval_batches=4, sample_tokens=0, progress=False, seed=3, threads=1)
+                                eval_batches=4, sample_tokens=0, progress=False, seed=3, threads=1,
+                                dtype="fp32", compile="off")  # no measured choice: the same math on every machine
     base.update(changes)
     return TrainConfig(**base)
 
@@ -91,4 +92,5 @@ def cli_args(out: Path, *extra: str) -> list[str]:
     sets = [f"--set={k}={v}" for k, v in MICRO.items()]
     return ["train", "--data", str(data_dir()), "--out", str(out), *sets, "--batch-size", "4", "--seq-len", "16",
             "--warmup-steps", "2", "--log-every", "1", "--eval-every", "0", "--eval-batches", "4",
-            "--sample-tokens", "0", "--no-progress", "--seed", "3", "--threads", "1", *extra]
+            "--sample-tokens", "0", "--no-progress", "--seed", "3", "--threads", "1", "--dtype", "fp32",
+            "--compile", "off", *extra]

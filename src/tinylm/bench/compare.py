@@ -15,15 +15,18 @@ than a schedule that would need it. Results go into `--out`:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
 import statistics
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tinylm.errors import TinyLMError
+from tinylm.io_errors import io_failure
 
 MAX_STEPS_FOR_TIME_BUDGET = 10**9  # the time budget, not the step count, ends these runs
 
@@ -112,7 +115,8 @@ def run_compare(opts: CompareOptions, say=lambda line: None) -> dict[str, Any]:
     budget: dict[str, Any] = ({"max_steps": opts.steps} if opts.steps is not None else
                               {"max_steps": MAX_STEPS_FOR_TIME_BUDGET, "time_budget": opts.time_budget,
                                "schedule": "constant"})
-    base = TrainConfig(preset=opts.preset, progress=False, sample_tokens=0, **{**opts.train, **budget})
+    base = TrainConfig(preset=opts.preset, progress=True, sample_tokens=0, **{**opts.train, **budget})
+    check_writable(out)  # before any training, not after it
     runs: list[dict[str, Any]] = []
     for seed in opts.seeds:  # seed-major: a slow drift of the machine's speed touches every candidate alike
         for candidate in candidates:
@@ -137,11 +141,40 @@ def run_compare(opts: CompareOptions, say=lambda line: None) -> dict[str, Any]:
     result = {"preset": opts.preset, "budget": budget_text, "seeds": opts.seeds,
               "train": {k: v for k, v in base.to_dict().items() if k not in ("arch", "overrides", "out")},
               "rows": rows, "runs": runs}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compare.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    (out / "compare.md").write_text(format_markdown(result), encoding="utf-8")
-    plot_compare(result, out / "compare.png")
+    write_results(result, out)
     return result
+
+
+def check_writable(out: Path) -> None:
+    """Refuse a read-only, full or forbidden --out in one line, before minutes of training are spent."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise TinyLMError(f"cannot write to --out {out}: {io_failure(exc)}") from None
+
+
+def write_results(result: dict[str, Any], out: Path) -> None:
+    """compare.json, compare.md and compare.png, each complete or absent: written aside, then renamed."""
+    texts = {"compare.json": json.dumps(result, indent=2) + "\n", "compare.md": format_markdown(result)}
+    staged = {out / name: out / f".{name}.tmp" for name in (*texts, "compare.png")}
+    try:
+        for final, tmp in staged.items():
+            if final.name in texts:
+                tmp.write_text(texts[final.name], encoding="utf-8")
+            else:
+                plot_compare(result, tmp)
+        for final, tmp in staged.items():
+            tmp.replace(final)
+    except Exception as exc:
+        reason = io_failure(exc)
+        if reason is None:
+            raise
+        for tmp in staged.values():
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        raise TinyLMError(f"cannot write the comparison into {out}: {reason}") from None
 
 
 def _mean_std(values: list[float | None]) -> dict[str, float | None]:
@@ -204,8 +237,8 @@ def plot_compare(result: dict[str, Any], path: Path) -> Path:
     by_tokens.legend()
     fig.suptitle(f"tinylm compare: {result['preset']}, {result['budget']}")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        fig.savefig(path, format="png", dpi=110)
+    finally:
+        plt.close(fig)
     return path

@@ -9,6 +9,7 @@ alternation in this run.
 
 from __future__ import annotations
 
+import copy
 import platform
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -19,6 +20,7 @@ import torch
 from tinylm.bench.matmul_peak import DTYPE_NAMES, matmul_peak_flops
 from tinylm.bench.timing import Measurement, interleaved, ratio
 from tinylm.errors import TinyLMError
+from tinylm.measure_cache import cpu_model_name
 
 SECTIONS: tuple[str, ...] = ("matmul", "decode", "train", "loader", "tokenizer")
 
@@ -53,9 +55,10 @@ def _median(m: Measurement | None) -> float | None:
 
 def run_bench(opts: BenchOptions, say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Measure what `opts.sections` name; returns the JSON-ready result (see docs/benchmarks.md for the keys)."""
-    from tinylm.device import configure_backends, describe, peak_flops, pick_device, resolve_dtype
+    from tinylm.device import configure_backends, describe, peak_flops, pick_device
     from tinylm.models.accounting import attention_flops_per_token
     from tinylm.models.factory import build_model
+    from tinylm.precision import choose_precision, native_bf16
     from tinylm.presets import preset_config
 
     unknown = sorted(set(opts.sections) - set(SECTIONS))
@@ -67,11 +70,13 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = lambda line: None
         torch.set_num_threads(opts.threads)
     device = pick_device(opts.device)
     configure_backends(device)
-    dtype = resolve_dtype(device, opts.dtype)
     config = preset_config(opts.preset, opts.arch, **opts.overrides)
     seq_len = opts.seq_len or config.context_length
     if not 2 <= seq_len <= config.context_length:
         raise TinyLMError(f"--seq-len must be in [2, context_length={config.context_length}] (got {seq_len})")
+    precision = choose_precision(device, opts.dtype, config, opts.batch_size, seq_len)
+    dtype = precision.dtype
+    say(f"dtype: {precision.reason}")
 
     torch.manual_seed(opts.seed)
     model = build_model(config).to(device)
@@ -79,6 +84,9 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = lambda line: None
     result: dict[str, Any] = {
         "options": {**asdict(opts), "sections": list(opts.sections), "seq_len": seq_len, "dtype": DTYPE_NAMES[dtype]},
         "device": describe(device),
+        "cpu": cpu_model_name() if device.type == "cpu" else None,
+        "cpu_native_bf16": native_bf16() if device.type == "cpu" else None,
+        "dtype_reason": precision.reason,
         "threads": torch.get_num_threads(),
         "versions": _versions(),
         "params": model.num_params(),
@@ -100,7 +108,7 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = lambda line: None
 
     if "decode" in opts.sections:
         say("decode ...")
-        result.update(_decode(model, opts, config.context_length))
+        result.update(_decode(model, opts, config.context_length, device, dtype))
 
     if "train" in opts.sections:
         say("training step ...")
@@ -132,10 +140,25 @@ def _versions() -> dict[str, str | None]:
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": hf_version}
 
 
-def _decode(model: torch.nn.Module, opts: BenchOptions, context: int) -> dict[str, Any]:
+def _decoding_model(model: torch.nn.Module, opts: BenchOptions, device: torch.device,
+                    dtype: torch.dtype) -> tuple[torch.nn.Module, str]:
+    """A copy of the model in the weights' dtype decoding uses: what `tinylm generate` picks under auto."""
+    from tinylm.inference.decode_precision import cast_for_decoding
+
+    twin = copy.deepcopy(model)
+    if opts.dtype == "auto":
+        return cast_for_decoding(twin, device)
+    if dtype == torch.float32:
+        return twin, "fp32 weights: --dtype fp32"
+    return twin.to(dtype), f"{DTYPE_NAMES[dtype]} weights: --dtype {opts.dtype}"
+
+
+def _decode(model: torch.nn.Module, opts: BenchOptions, context: int, device: torch.device,
+            dtype: torch.dtype) -> dict[str, Any]:
     """Greedy cached decoding at batch 1, tinylm's engine vs `transformers` generate, alternating."""
     from tinylm.inference.benchmark import decode_tokens_per_s, hf_decode_tokens_per_s
 
+    model, reason = _decoding_model(model, opts, device, dtype)
     new_tokens = max(1, min(opts.decode_tokens, context - 8))
     ours: list[float] = []
     theirs: list[float] = []
@@ -148,7 +171,8 @@ def _decode(model: torch.nn.Module, opts: BenchOptions, context: int) -> dict[st
             except TinyLMError as exc:  # a feature with no transformers counterpart
                 reference_error = str(exc)
     mine, ref = Measurement(ours), (Measurement(theirs) if theirs else None)
-    return {"decode_new_tokens": new_tokens,
+    return {"decode_new_tokens": new_tokens, "decode_dtype": DTYPE_NAMES[next(model.parameters()).dtype],
+            "decode_dtype_reason": reason,
             "decode_tokens_per_s": mine.median, "decode": mine.to_dict(),
             "reference_decode_tokens_per_s": _median(ref), "reference_decode": _measured(ref),
             "decode_ratio_vs_transformers": ratio(mine, ref), "decode_reference_error": reference_error}
@@ -225,6 +249,11 @@ def format_table(result: dict[str, Any]) -> str:
         lines.append(f"| BPE encode MB/s | (same) | HF tokenizers {num('hf_tokenizers_encode_mb_per_s', '.1f')} MB/s | "
                      f"{num('tokenizer_ratio_vs_hf_tokenizers', '.2f')}x |")
     lines.append("")
+    lines.append(f"dtype: {result['dtype_reason']}")
+    if result.get("decode_dtype_reason"):
+        lines.append(f"decode weights: {result['decode_dtype_reason']}")
+    if result.get("cpu"):
+        lines.append(f"cpu: {result['cpu']} (native bf16: {result.get('cpu_native_bf16') or 'none'})")
     if "matmul_peak_flops_fp32" in result:
         lines.append(f"matmul peak: fp32 {result['matmul_peak_flops_fp32'] / 1e9:,.0f} GFLOP/s, "
                      f"bf16 {result['matmul_peak_flops_bf16'] / 1e9:,.0f} GFLOP/s")

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from tinylm.device import autocast
+from tinylm.train.compile_policy import compile_blocks
 from tinylm.train.optim import build_optimizer
 from tinylm.train.step import clip_gradients
 
@@ -25,7 +26,11 @@ GRAD_CLIP = 1.0
 
 @dataclass
 class StepSetup:
-    """What both sides share: batch shape, device, autocast dtype, whether to torch.compile."""
+    """What both sides share: batch shape, device, autocast dtype, whether to torch.compile.
+
+    Compiling means what each side's users do: tinylm compiles its blocks (`train/compile_policy.py`),
+    a `transformers` user compiles the whole model.
+    """
 
     batch_size: int
     seq_len: int
@@ -57,12 +62,13 @@ def tinylm_step(model: nn.Module, setup: StepSetup, batch: tuple[torch.Tensor, t
     """A closure running one full training step of a tinylm model on `batch`."""
     model.train()
     optimizer = build_optimizer(model, "adamw", device=setup.device)
-    forward = torch.compile(model) if setup.compile else model
+    if setup.compile:
+        compile_blocks(model)  # what `tinylm train --compile on` does: per block, the loss stays eager
     x, y = batch
 
     def step() -> None:
         with autocast(setup.device, setup.dtype):
-            _, loss = forward(x, y, return_logits=False)
+            _, loss = model(x, y, return_logits=False)
         _finish_step(model, optimizer, loss)
 
     return step

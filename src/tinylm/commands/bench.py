@@ -9,6 +9,7 @@ examples:
   tinylm bench --preset tiny --threads 2
   tinylm bench --preset 13m --arch classic --batch-size 16 --only train
   tinylm bench --preset 124m --device cuda --dtype bf16 --compile --json
+  tinylm bench --preset small --batch-size 8 --only train --dtype auto --out bench.json
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+
+from tinylm.errors import TinyLMError
 
 HELP = "throughput and MFU, side by side with transformers"
 
@@ -32,9 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (median is reported)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed training steps first")
     parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="fp32", choices=("auto", "fp32", "bf16", "fp16"))
+    parser.add_argument("--dtype", default="fp32", choices=("auto", "fp32", "bf16", "fp16"),
+                        help="fp32 (default, comparable across machines) or auto: what `tinylm train` would pick "
+                             "(on a CPU, bf16 only where it is native and calibrated faster; the reason is printed)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for both sides (default: torch's)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile both models")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile both models (tinylm per block, transformers whole, as its users do)")
     parser.add_argument("--no-reference", dest="reference", action="store_false",
                         help="skip the transformers measurements")
     parser.add_argument("--decode-tokens", type=int, default=128, help="new tokens per decode measurement")
@@ -46,8 +53,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from tinylm.bench.run import SECTIONS, BenchOptions, format_table, run_bench
     from tinylm.config import parse_override
 
@@ -60,7 +65,15 @@ def run(args: argparse.Namespace) -> int:
         profile=args.profile)
     result = run_bench(options, say=lambda line: print(line, file=sys.stderr))
     text = json.dumps(result, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
     print(text if args.json else format_table(result))
+    if args.out:
+        write_result(Path(args.out), text)
     return 0
+
+
+def write_result(path: Path, text: str) -> None:
+    """The --out copy of the JSON; a folder that is missing, read-only or full is one line, not a traceback."""
+    try:
+        path.write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise TinyLMError(f"cannot write --out {path}: {exc.strerror or exc} (the results are printed above)") from None

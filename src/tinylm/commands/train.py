@@ -87,9 +87,12 @@ def add_engine_arguments(parser: argparse.ArgumentParser, d: dict[str, Any]) -> 
     h = parser.add_argument_group("hardware")
     h.add_argument("--device", default=d["device"], help="auto (cuda > mps > cpu), cpu, cuda, cuda:N, mps")
     h.add_argument("--dtype", default=d["dtype"], choices=DTYPES,
-                   help="autocast dtype; auto = bf16 on bf16-capable GPUs, fp32 elsewhere")
+                   help="autocast dtype; auto = bf16 on bf16 GPUs and on CPUs with native bf16 where a short "
+                        "calibration shows it faster (the reason is printed); fp32 elsewhere")
     h.add_argument("--threads", type=int, default=None, help="CPU threads (default: torch's choice)")
-    h.add_argument("--compile", action="store_true", help="torch.compile the model")
+    h.add_argument("--compile", nargs="?", const="on", default=d["compile"], choices=("auto", "on", "off"),
+                   help="torch.compile each block; auto = only when the measured compile time pays back "
+                        "(bare --compile = on)")
     h.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward")
     h.add_argument("--fsdp", action="store_true", help="shard the model with FSDP2 (under torchrun)")
 

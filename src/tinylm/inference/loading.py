@@ -18,8 +18,9 @@ from tinylm.errors import TinyLMError
 
 def load_for_generation(path: str, int8: bool = False, device: str = "auto") -> tuple[nn.Module, Any, dict[str, Any]]:
     """(model in eval mode, tokenizer, checkpoint metadata) for `tinylm generate` / `tinylm chat`."""
-    from tinylm.device import pick_device, supports_bf16
     from tinylm.checkpoint import load_model
+    from tinylm.device import pick_device, supports_bf16
+    from tinylm.inference.decode_precision import cast_for_decoding
 
     target = pick_device(device)
     try:
@@ -30,8 +31,11 @@ def load_for_generation(path: str, int8: bool = False, device: str = "auto") -> 
         raise TinyLMError(f"cannot load checkpoint {path}: {str(exc).splitlines()[0]}") from None
     if tokenizer is None:
         raise TinyLMError(f"checkpoint {meta.get('path', path)} has no tokenizer.json: cannot turn text into tokens")
-    if target.type == "cuda" and supports_bf16(target):
-        model = model.to(torch.bfloat16)
+    model.eval()
+    if not int8:
+        model, meta["decode_precision"] = cast_for_decoding(model, target)
+    elif target.type == "cuda" and supports_bf16(target):
+        model = model.to(torch.bfloat16)  # int8 matmuls dequantize to the activation dtype
     if int8:
         from tinylm.inference.int8 import quantize_int8
 

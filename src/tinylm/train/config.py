@@ -34,7 +34,7 @@ class TrainConfig:
     device: str = "auto"
     dtype: str = "auto"
     threads: int | None = None
-    compile: bool = False
+    compile: str = "auto"  # auto (only when the measured compile time pays back) | on | off
     gradient_checkpointing: bool = False
     fsdp: bool = False
     # batch
@@ -76,6 +76,8 @@ class TrainConfig:
     top_k: int = 50
 
     def __post_init__(self) -> None:
+        if isinstance(self.compile, bool):  # compile=True from Python callers means "on"
+            self.compile = "on" if self.compile else "off"
         self.validate()
 
     def validate(self) -> None:
@@ -101,6 +103,7 @@ class TrainConfig:
         need(self.log_every >= 1, "--log-every must be >= 1")
         need(self.sample_tokens >= 0, "--sample-tokens must be >= 0")
         need(self.threads is None or self.threads >= 1, "--threads must be >= 1")
+        need(self.compile in ("auto", "on", "off"), f"--compile must be auto, on or off (got {self.compile!r})")
         from tinylm.inference.sampling import check_sampling_options
 
         check_sampling_options(self.temperature, self.top_k)  # the end-of-run sample: refuse now, not after training

@@ -40,6 +40,8 @@ from tinylm.checkpoint import (
 from tinylm.config import ModelConfig
 from tinylm.device import configure_backends, describe, empty_cache, peak_flops, resolve_dtype
 from tinylm.errors import TinyLMError
+from tinylm.precision import PrecisionChoice, choose_precision
+from tinylm.train.compile_policy import compile_blocks, eager_blocks, plan_compile
 from tinylm.train.config import TrainConfig
 from tinylm.train.distributed import (
     DistEnv,
@@ -168,6 +170,7 @@ class _Run:
             check_same_model(checkpoint_model_config(resume), self.mcfg, resume)
         self.seq_len = cfg.seq_len or self.mcfg.context_length
         self.tokens_per_step = cfg.batch_size * cfg.grad_accum * self.seq_len * env.world_size
+        self._choose_precision()
         if env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             if self.state is None:
@@ -184,8 +187,7 @@ class _Run:
         train_model: nn.Module = raw
         if cfg.fsdp:
             wrap_model(raw, env, self.device, fsdp=True)  # shards in place
-        if cfg.compile:
-            train_model = torch.compile(raw)  # type: ignore[assignment]
+        self._choose_compile(raw)
         if env.enabled and not cfg.fsdp:
             train_model = wrap_model(train_model, env, self.device, find_unused=self.mcfg.is_moe)
         self.train_model = train_model
@@ -202,6 +204,28 @@ class _Run:
             self._restore(self.state)
         self.peak = peak_flops(self.device, self.dtype)
         self.flops_per_token = raw.flops_per_token(self.seq_len)
+
+    def _choose_precision(self) -> None:
+        """The autocast dtype: measured on a CPU with native bf16 (`precision.py`); a resumed run keeps its own."""
+        saved = (self.state or {}).get("dtype")
+        if self.cfg.dtype == "auto" and saved:
+            self.precision = PrecisionChoice(getattr(torch, saved), f"{saved}: as the run being resumed")
+        else:
+            self.precision = choose_precision(self.device, self.cfg.dtype, self.mcfg, self.cfg.batch_size,
+                                              self.seq_len)
+        self.dtype = self.stage.ctx.dtype = self.precision.dtype
+
+    def _choose_compile(self, raw: nn.Module) -> None:
+        """Compile each block in place when asked, or (auto) when the measured compile time pays back."""
+        cfg = self.cfg
+        done = int(self.state["step"]) if self.state is not None else 0
+        total_steps = cfg.max_steps if cfg.max_tokens is None else min(
+            cfg.max_steps, math.ceil(cfg.max_tokens / self.tokens_per_step))
+        self.compile_choice = plan_compile(cfg.compile, max(0, total_steps - done) * cfg.grad_accum, None,
+                                           model_config=self.mcfg, batch_size=cfg.batch_size, seq_len=self.seq_len,
+                                           dtype=self.dtype, device=self.device, time_budget_s=cfg.time_budget)
+        if self.compile_choice.enabled:
+            compile_blocks(raw)  # in place: the state-dict names stay, DDP wraps the same module
 
     def _lock_run_dir(self) -> None:
         """Rank 0 holds RUN/.lock for the whole run and sweeps crash leftovers; a refusal stops every rank."""
@@ -282,7 +306,7 @@ class _Run:
             train_state = {"step": self.step, "tokens": self.tokens, "optimizer": optimizer,
                            "loader": self.stage.state_dict(), "rng": rngs, "schedule": self.schedule.to_dict(),
                            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-                           "world_size": self.env.world_size}
+                           "world_size": self.env.world_size, "dtype": str(self.dtype).removeprefix("torch.")}
             meta = {"tokens": self.tokens, "train": self.cfg.to_dict(), "params": self.raw.num_params(),
                     "metrics": metrics, **self.stage.checkpoint_meta()}
             path = save_checkpoint(self.run_dir, self.step, self.raw, self.mcfg, state_dict=weights,
@@ -336,6 +360,8 @@ class _Run:
         self.say(f"device: {describe(self.device)} x {self.env.world_size}, dtype {str(self.dtype)[6:]}, "
                  f"{self.tokens_per_step:,} tokens/step (batch {self.cfg.batch_size} x accum {self.cfg.grad_accum} "
                  f"x seq {self.seq_len} x {self.env.world_size} proc)")
+        self.say(f"precision: {self.precision.reason}")
+        self.say(f"compile: {self.compile_choice.reason}")
         if self.ckpt is not None and self.state is not None:
             self.say(f"resumed from {self.ckpt} at step {self.step}")
 
@@ -468,7 +494,8 @@ class _Run:
                 checkpoint = newest_resumable(self.run_dir)[0] or existing[-1]
             if env.is_main:
                 self._plot()
-                sample = self.stage.finish(self.raw, checkpoint)
+                with eager_blocks():  # decoding must not compile a graph per cache length
+                    sample = self.stage.finish(self.raw, checkpoint)
         else:
             found = list_checkpoints(self.run_dir) if env.is_main else []
             checkpoint = found[-1] if found else None

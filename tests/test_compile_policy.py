@@ -1,0 +1,120 @@
+"""`--compile auto|on|off`: the payback rule, the probe cache, and compiled blocks that compute what eager ones do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_train_support import MICRO as TRAIN_MICRO
+from test_train_support import config, losses
+from tinylm import measure_cache
+from tinylm.config import ModelConfig
+from tinylm.errors import TinyLMError
+from tinylm.models.factory import build_model
+from tinylm.train import compile_policy
+from tinylm.train.compile_policy import CompileMeasurement, compile_blocks, decide, eager_blocks, plan_compile
+from tinylm.train.loop import run_training
+
+CPU = torch.device("cpu")
+MICRO = ModelConfig(arch="modern", vocab_size=256, context_length=32, n_embed=32, n_head=2, n_kv_head=1, n_blocks=2,
+                    tie_embeddings=True)
+SHAPE = dict(model_config=MICRO, batch_size=4, seq_len=16, dtype=torch.float32, device=CPU)
+
+
+def test_compile_pays_back_when_the_saved_time_exceeds_the_compile_time() -> None:
+    # 30 s to compile; each of 2 blocks saves 0.05 s per step -> 0.1 s/step; with the 1.2 margin: 360 steps
+    probe = CompileMeasurement(compile_s=30.0, eager_s=0.1, compiled_s=0.05)
+    long_run = decide(probe, planned_steps=400, n_blocks=2, cached=True)
+    assert long_run.enabled and "pays back after 360 steps" in long_run.reason and "2.00x" in long_run.reason
+    short_run = decide(probe, planned_steps=300, n_blocks=2, cached=False)
+    assert not short_run.enabled and "plans only 300" in short_run.reason and "probed now" in short_run.reason
+    slower = decide(CompileMeasurement(5.0, 0.1, 0.12), planned_steps=10**9, n_blocks=8, cached=True)
+    assert not slower.enabled and "no gain" in slower.reason
+
+
+def test_on_and_off_are_obeyed_and_unknown_modes_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compile_policy, "measure_compile", lambda *a, **k: pytest.fail("on/off probed"))
+    assert plan_compile("on", 10, None, **SHAPE).enabled
+    assert not plan_compile("off", 10**9, 1.0, **SHAPE).enabled
+    with pytest.raises(TinyLMError, match="unknown --compile 'fast'"):
+        plan_compile("fast", 10, None, **SHAPE)
+
+
+def test_without_a_compiler_auto_stays_eager_and_on_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compile_policy, "have_compiler", lambda: False)
+    choice = plan_compile("auto", 10**6, 1.0, **SHAPE)
+    assert not choice.enabled and "C++ compiler" in choice.reason
+    with pytest.raises(TinyLMError, match="needs a C\\+\\+ compiler"):
+        plan_compile("on", 10, None, **SHAPE)
+
+
+def test_auto_probes_only_long_runs_and_caches_the_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compile_policy, "have_compiler", lambda: True)
+    monkeypatch.setattr(measure_cache, "machine_busy", lambda: False)
+    probes: list[bool] = []
+
+    def fake_probe(config, batch_size, seq_len, dtype, device, compiled=True) -> CompileMeasurement:
+        probes.append(compiled)
+        return CompileMeasurement(20.0, 0.2, 0.1) if compiled else CompileMeasurement(0.0, 0.2, 0.2)
+
+    monkeypatch.setattr(compile_policy, "measure_compile", fake_probe)
+    short = plan_compile("auto", 600, None, **SHAPE)  # eager estimate: 600 x 0.2 x 2 blocks = 4 min
+    assert not short.enabled and "too short" in short.reason and probes == [False]  # timed eager, never compiled
+    long = plan_compile("auto", 20_000, 0.5, **SHAPE)  # ~2.8 h: worth a probe; 0.2 s saved per step
+    assert long.enabled and "probed now" in long.reason and probes == [False, True]
+    cached = plan_compile("auto", 100, 0.5, **SHAPE)  # the cached probe decides, without probing again
+    assert not cached.enabled and "(cached)" in cached.reason and probes == [False, True]
+    budgeted = plan_compile("auto", 20_000, 0.5, time_budget_s=30.0, **SHAPE)  # 60 steps fit; 120 pay back
+    assert not budgeted.enabled and "plans only 60" in budgeted.reason and probes == [False, True]
+
+
+def _loss_and_grads(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    _, loss = model(x, x, return_logits=False)
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_compiled_blocks_trace_to_the_eager_result(one_thread: None, checkpointing: bool) -> None:
+    """Fast smoke test: dynamo + AOT autograd without code generation (backend aot_eager)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    cfg = MICRO.replace(gradient_checkpointing=checkpointing)
+    torch.manual_seed(0)
+    eager, compiled = build_model(cfg), build_model(cfg)
+    compiled.load_state_dict(eager.state_dict())
+    keys = list(compiled.state_dict())
+    compile_blocks(compiled, backend="aot_eager")
+    assert list(compiled.state_dict()) == keys  # in place: checkpoints load with or without compile
+    x = torch.randint(0, cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(1))
+    loss, grads = _loss_and_grads(eager, x)
+    compiled_loss, compiled_grads = _loss_and_grads(compiled, x)
+    torch.testing.assert_close(compiled_loss, loss)
+    for a, b in zip(compiled_grads, grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    with torch.no_grad(), eager_blocks():  # decoding shapes: run eagerly, compile nothing new
+        compiled(x[:, :5])
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+
+
+@pytest.mark.slow
+def test_inductor_blocks_match_eager_in_training(tmp_path: Path) -> None:
+    """Real code generation: accumulation + gradient checkpointing, compiled vs eager losses agree."""
+    kw = dict(max_steps=4, grad_accum=2, gradient_checkpointing=True, overrides=dict(TRAIN_MICRO))
+    run_training(config(tmp_path / "eager", **kw))
+    run_training(config(tmp_path / "compiled", compile="on", **kw))
+    assert losses(tmp_path / "compiled") == pytest.approx(losses(tmp_path / "eager"), rel=1e-4)
+
+
+@pytest.mark.slow
+def test_compiled_exact_resume(tmp_path: Path) -> None:
+    """Stop a compiled run at 3 of 6 steps and resume it (compiling again): the same losses, bit for bit."""
+    kw = dict(compile="on", schedule_steps=6, overrides={**TRAIN_MICRO, "dropout": 0.1})
+    run_training(config(tmp_path / "straight", max_steps=6, **kw))
+    run_training(config(tmp_path / "resumed", max_steps=3, **kw))
+    run_training(config(tmp_path / "resumed", max_steps=6, resume="latest", **kw))
+    assert losses(tmp_path / "resumed") == losses(tmp_path / "straight")
