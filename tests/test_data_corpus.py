@@ -190,3 +190,25 @@ def test_hf_offline_fails_with_one_line(hf_cache: Path) -> None:
     with pytest.raises(TinyLMError, match="offline") as info:
         open_corpus("hf:tinylm-tests/no-such-dataset")
     assert "\n" not in str(info.value)
+
+
+def test_read_stats_count_characters_and_replacements(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_bytes(b"caf\xe9 \xff\xfe ok")  # three bytes that are not UTF-8
+    (tmp_path / "b.txt").write_text("fine \ufffd text")  # a literal U+FFFD counts too: it is the same noise
+    corpus = open_corpus(str(tmp_path))
+    assert list(corpus.documents()) == ["caf\ufffd \ufffd\ufffd ok", "fine \ufffd text"]
+    stats = corpus.stats
+    assert (stats.replaced, stats.characters, stats.replacements) == (1, 10 + 11, 4)
+    assert stats.replacement_share == pytest.approx(4 / 21)
+
+
+def test_files_of_other_kinds_are_listed_as_skipped(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.txt").write_text("text")
+    (tmp_path / "sub" / "t.csv").write_text("a,b")
+    (tmp_path / "README").write_text("no extension")
+    (tmp_path / ".hidden.csv").write_text("hidden files are not the user's corpus")
+    assert open_corpus(str(tmp_path)).skipped == [str(tmp_path / "README"), str(tmp_path / "sub" / "t.csv")]
+    assert open_corpus(str(tmp_path / "**" / "*")).skipped == [str(tmp_path / "README"),
+                                                               str(tmp_path / "sub" / "t.csv")]
+    assert open_corpus(str(tmp_path / "a.txt")).skipped == []

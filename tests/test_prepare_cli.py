@@ -50,5 +50,5 @@ def test_help_lists_the_options(capsys: pytest.CaptureFixture[str]) -> None:
         main(["prepare", "--help"])
     help_text = capsys.readouterr().out
     for option in ("--corpus", "--tokenizer", "--vocab-size", "--out", "--force", "--dev-fraction",
-                   "--text-field"):
+                   "--text-field", "--max-document-chars", "--allow-invalid-utf8"):
         assert option in help_text

@@ -13,6 +13,12 @@ tokenizers (--tokenizer):
   r50k                        GPT-2's encoding via tiktoken (needs its file locally; vocab padded to 50304)
   PATH                        an existing tokenizer.json (or a folder holding one)
 
+Documents longer than --max-document-chars are cut at line breaks, so one large text file is enough;
+when hashing documents into train and dev leaves a split shorter than a window (a handful of
+files), the dev split is the tail of the tokens instead, and prepare says so. Skipped files and bytes
+that are not UTF-8 are reported on stderr; a corpus more than 10% U+FFFD is refused unless
+--allow-invalid-utf8.
+
 Running it again with the same options reuses the result; a folder holding another config is only
 replaced with --force.
 """
@@ -21,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from tinylm.data.chunks import MAX_DOCUMENT_CHARS
 
 HELP = "build a tokenizer and token shards from a corpus"
 DEFAULT_VOCAB = 4096
@@ -32,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", default="bpe",
                         help="bpe, r50k, or a tokenizer.json path (default: bpe)")
     parser.add_argument("--vocab-size", type=int, default=None,
-                        help=f"BPE vocabulary size, the 256 bytes and <|endoftext|> included "
+                        help=f"BPE vocabulary size, the 256 bytes and the special tokens included "
                              f"(default: {DEFAULT_VOCAB})")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="output folder (default: a per-user data folder that tinylm train uses)")
@@ -42,8 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--text-field", default="text",
                         help="field holding the text in .jsonl/.parquet/hf rows (default: text)")
     parser.add_argument("--context-length", type=int, default=256,
-                        help="refuse a corpus whose splits are shorter than one window of this many tokens")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar or status lines")
+                        help="each split must hold one window of this many tokens + 1 (default: 256)")
+    parser.add_argument("--max-document-chars", type=int, default=MAX_DOCUMENT_CHARS, metavar="N",
+                        help=f"cut longer documents at line breaks before the split (0: never; default: "
+                             f"{MAX_DOCUMENT_CHARS})")
+    parser.add_argument("--allow-invalid-utf8", action="store_true",
+                        help="prepare a corpus even if more than 10%% of its characters are U+FFFD replacements")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar or status lines (notes about the input are still printed)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
                           vocab_size=DEFAULT_VOCAB if args.vocab_size is None else args.vocab_size,
                           out=args.out, force=args.force, dev_fraction=args.dev_fraction,
                           text_field=args.text_field, progress=not args.no_progress,
-                          context_length=args.context_length)
+                          context_length=args.context_length, max_document_chars=args.max_document_chars,
+                          allow_invalid_utf8=args.allow_invalid_utf8)
     sidecars = check_data_dir(out)
     train, dev = sidecars["train"], sidecars["dev"]
     print(f"{out}  tokenizer {train['tokenizer']} (model vocab {train['vocab_size']}), "

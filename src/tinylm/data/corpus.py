@@ -15,13 +15,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+REPLACEMENT = "\ufffd"
+
 
 @dataclass
 class ReadStats:
-    """What reading a corpus met besides text: fixed-up documents and empty ones."""
+    """What reading a corpus met besides text: fixed-up documents, empty ones, replacement characters."""
 
     replaced: int = 0  # documents in which undecodable bytes became U+FFFD
     empty: int = 0  # empty or all-whitespace documents, skipped
+    characters: int = 0  # characters of the documents kept
+    replacements: int = 0  # of those, U+FFFD (undecodable bytes, lone surrogates, or the character itself)
+
+    @property
+    def replacement_share(self) -> float:
+        """The share of the text that is U+FFFD: near 1 for a file in another encoding, or binary."""
+        return self.replacements / self.characters if self.characters else 0.0
 
 
 @dataclass
@@ -32,6 +41,7 @@ class Corpus:
     fingerprint: str  # cheap identity of the current content: changes when the files change
     read: Callable[[ReadStats], Iterator[str]]
     total_bytes: int | None = None  # for the progress bar, when known up front
+    skipped: list[str] = field(default_factory=list)  # files a folder or glob held that are of no known kind
     stats: ReadStats = field(default_factory=ReadStats)
 
     def documents(self) -> Iterator[str]:
@@ -39,6 +49,8 @@ class Corpus:
         self.stats = ReadStats()
         for text in self.read(self.stats):
             if text.strip():
+                self.stats.characters += len(text)
+                self.stats.replacements += text.count(REPLACEMENT)
                 yield text
             else:
                 self.stats.empty += 1

@@ -8,9 +8,11 @@ File kinds, by extension (case-insensitive):
 - `.parquet`: one document per row of column `text_field`, null cells skipped (needs `pyarrow`).
 
 A folder contributes every file of those kinds below it, skipping hidden names (`.git`, `.venv`);
-a glob (`data/**/*.jsonl`) every matching file of those kinds. Files are read in sorted order of
-their path, so the corpus has the same order on every machine. The fingerprint is the list of
-(path, size, modification time), which is cheap and changes whenever a file does.
+a glob (`data/**/*.jsonl`) every matching file of those kinds. Files of other kinds are skipped
+and listed in `Corpus.skipped`, which prepare reports, so a folder of `.csv` and `.txt` files never
+silently loses half its text. Files are read in sorted order of their path, so the corpus has the
+same order on every machine. The fingerprint is the list of (path, size, modification time), which
+is cheap and changes whenever a file does.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from tinylm.data.corpus import Corpus, ReadStats
 from tinylm.data.text import clean_string, decode_text, read_text_file
@@ -38,32 +41,41 @@ def _visible(path: Path, root: Path) -> bool:
     return not any(part.startswith(".") for part in path.relative_to(root).parts)
 
 
-def find_files(spec: str) -> list[Path]:
-    """The files a local spec names, sorted; TinyLMError when there are none."""
+def corpus_files(spec: str) -> tuple[list[Path], list[Path]]:
+    """(the files a local spec names, sorted; the files of other kinds it skipped); TinyLMError when none."""
     path = Path(spec).expanduser()
     kinds = ", ".join(SUPPORTED)
     if path.is_file():
         if _kind(path) not in SUPPORTED:
             raise TinyLMError(f"{spec}: unsupported file type {path.suffix or '(none)'!r} "
                               f"(tinylm reads {kinds})")
-        return [path]
+        return [path], []
     if path.is_dir():
-        found = (p for p in path.rglob("*") if p.is_file() and _kind(p) in SUPPORTED and _visible(p, path))
-        files = sorted(found, key=lambda p: p.relative_to(path).as_posix())
+        found = sorted((p for p in path.rglob("*") if p.is_file() and _visible(p, path)),
+                       key=lambda p: p.relative_to(path).as_posix())
+        files = [p for p in found if _kind(p) in SUPPORTED]
         if not files:
             raise TinyLMError(f"{spec}: the folder holds no {kinds} files")
-        return files
+        return files, [p for p in found if _kind(p) not in SUPPORTED]
     if glob.has_magic(spec):
-        matches = sorted(Path(p) for p in glob.glob(os.path.expanduser(spec), recursive=True))
-        files = [p for p in matches if p.is_file() and _kind(p) in SUPPORTED]
+        matches = [p for p in sorted(Path(p) for p in glob.glob(os.path.expanduser(spec), recursive=True))
+                   if p.is_file()]
+        files = [p for p in matches if _kind(p) in SUPPORTED]
         if not files:
             raise TinyLMError(f"{spec}: no {kinds} files match this pattern")
-        return files
+        return files, [p for p in matches if _kind(p) not in SUPPORTED]
     raise TinyLMError(f"corpus not found: {spec} (not pystdlib, hf:NAME, an existing file, folder or glob)")
 
 
+def _open_binary(path: Path) -> BinaryIO:
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise TinyLMError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
 def _jsonl_documents(path: Path, text_field: str, stats: ReadStats) -> Iterator[str]:
-    with path.open("rb") as handle:
+    with _open_binary(path) as handle:
         for number, raw in enumerate(handle, 1):
             where = f"{path}:{number}"
             line, replaced = decode_text(raw, where)
@@ -124,7 +136,7 @@ def file_documents(path: Path, text_field: str, stats: ReadStats) -> Iterator[st
 
 
 def local_corpus(spec: str, text_field: str = "text") -> Corpus:
-    files = find_files(spec)
+    files, skipped = corpus_files(spec)
     stats = [p.stat() for p in files]
     listing = "\n".join(f"{p.absolute()}\t{s.st_size}\t{s.st_mtime_ns}" for p, s in zip(files, stats))
     fingerprint = hashlib.sha256(listing.encode("utf-8", "surrogateescape")).hexdigest()
@@ -135,4 +147,4 @@ def local_corpus(spec: str, text_field: str = "text") -> Corpus:
             yield from file_documents(path, text_field, read_stats)
 
     return Corpus(spec=os.path.abspath(os.path.expanduser(spec)), fingerprint=fingerprint, read=read,
-                  total_bytes=sum(s.st_size for s in stats) if plain else None)
+                  total_bytes=sum(s.st_size for s in stats) if plain else None, skipped=[str(p) for p in skipped])

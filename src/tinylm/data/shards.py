@@ -5,7 +5,8 @@ Each `.bin` is the split's documents' ids back to back, an EOT after every docum
 when every id fits (vocabularies up to 65536: half the disk and page-cache of `uint32`) and
 `uint32` otherwise; no header, so `numpy.memmap` reads it in place with zero copies. The sidecar
 says how to read it (`dtype`, `tokens`) and what it is (`tokenizer`, `vocab_size`, `eot_id`,
-`corpus`, `split`, `documents`, `bytes` of UTF-8 text for bits-per-byte, `config_hash`, `sha256`).
+`corpus`, `split`, `documents`, `bytes` of UTF-8 text for bits-per-byte, `config_hash`, `sha256`,
+`dev_split`: "hash", or "tail" when the dev split is the end of the token stream, see `tail_split.py`).
 
 `check_data_dir` runs before a model is built, so a missing, half-written or mismatched folder is a
 one-line error instead of a crash (or an out-of-range embedding index) minutes later.

@@ -72,12 +72,19 @@ class ShardWriter:
         pieces: list[np.ndarray] = []
         for ids in docs:
             pieces += (ids, self.eot)
-        data = np.concatenate(pieces).astype(self.dtype, copy=False)
+        self._write(np.concatenate(pieces).astype(self.dtype, copy=False), len(docs), n_bytes)
+
+    def add_stream(self, tokens: np.ndarray, n_bytes: int) -> None:
+        """Append ids that already hold their EOTs (part of a written shard); each EOT ends a document."""
+        tokens = tokens.astype(self.dtype, copy=False)
+        self._write(tokens, int(np.count_nonzero(tokens == self.eot[0])), n_bytes)
+
+    def _write(self, data: np.ndarray, documents: int, n_bytes: int) -> None:
         raw = data.tobytes()
         self._file.write(raw)
         self._sha.update(raw)
         self.tokens += int(data.size)
-        self.documents += len(docs)
+        self.documents += documents
         self.bytes += n_bytes
 
     @property

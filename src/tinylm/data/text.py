@@ -4,8 +4,8 @@
   tokenizing it would teach the model noise. Real UTF-8 text never contains NUL.
 - Text is UTF-8. A leading byte-order mark is dropped (it is file metadata, not text).
 - Bytes that are not valid UTF-8 (a Latin-1 word in an otherwise UTF-8 file, a truncated
-  character) each become U+FFFD, the Unicode replacement character; the rest of the file is kept
-  and the document is counted in the shard sidecar's `replaced_documents`.
+  character) each become U+FFFD, the Unicode replacement character; the rest of the file is kept,
+  the document is counted (`ReadStats`), and prepare says so on the console (`corpus_report.py`).
 - Line endings are kept as they are, so "\\r\\n" survives into the tokens.
 - Strings that arrive already decoded (JSON, Parquet, datasets) get the same treatment for lone
   surrogates, which UTF-8 cannot store.
