@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.test_generate_cli import make_run
+
+from test_generate_cli import make_run
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +35,11 @@ def test_piped_conversation_gets_one_reply_per_line_and_exits_at_eof(run_dir: Pa
 def test_in_process_replies_match_the_engine_on_the_trimmed_history(run_dir: Path, monkeypatch, capsys) -> None:
     import io
 
+    from tinylm.checkpoint import load_model
     from tinylm.cli import main
     from tinylm.inference.engine import Engine
     from tinylm.inference.sampling import GREEDY
     from tinylm.inference.streaming import TextStream
-    from tinylm.checkpoint import load_model
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("class Point:\n/reset\nx = 1\n"))
     assert main(["chat", "--checkpoint", str(run_dir), "--temperature", "0", "--max-new-tokens", "8"]) == 0
@@ -60,3 +61,13 @@ def test_missing_checkpoint_is_one_line(tmp_path: Path) -> None:
     result = _chat(tmp_path / "nothing", "hi\n")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [f"tinylm: error: checkpoint not found: {tmp_path / 'nothing'}"]
+
+
+def test_max_new_tokens_beyond_half_the_window_is_capped_with_a_notice(capsys) -> None:
+    from tinylm.commands.chat import reply_limit
+
+    assert reply_limit(10, 32) == 10 and capsys.readouterr().err == ""
+    assert reply_limit(16, 32) == 16 and capsys.readouterr().err == ""
+    assert reply_limit(500, 32) == 16
+    err = capsys.readouterr().err
+    assert "--max-new-tokens 500 is capped at 16" in err and len(err.strip().splitlines()) == 1

@@ -78,6 +78,7 @@ def test_every_candidate_gets_the_same_training_config(monkeypatch: pytest.Monke
     strip = ("arch", "overrides", "seed", "out")
     shared = [{k: v for k, v in c.to_dict().items() if k not in strip} for c in seen]
     assert all(s == shared[0] for s in shared) and shared[0]["max_steps"] == 7
+    assert shared[0]["progress"] is True  # each run shows progress (plain lines when stderr is not a terminal)
     assert sorted({c.seed for c in seen}) == [1, 2]
     modern_mla = result["rows"][2]
     assert modern_mla["candidate"] == "modern+mla"
@@ -114,3 +115,50 @@ def test_compare_equal_time_budget(data_dir: Path, tmp_path: Path) -> None:
     summaries = [r["summary"] for r in result["runs"]]
     assert [s["stopped"] for s in summaries] == ["time_budget", "time_budget"]
     assert result["train"]["schedule"] == "constant"
+
+
+def test_a_read_only_out_is_refused_before_any_training(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                         capsys) -> None:
+    import errno
+    import os
+
+    import tinylm.bench.compare as compare
+    import tinylm.train.loop as loop
+
+    def never(config):
+        raise AssertionError("trained although --out cannot be written")
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(tmp_path / "cmp"))
+
+    monkeypatch.setattr(loop, "run_training", never)
+    monkeypatch.setattr(compare.tempfile, "TemporaryFile", read_only)
+    assert main(["compare", "--archs", "modern", "--steps", "2", "--out", str(tmp_path / "cmp")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"tinylm: error: cannot write to --out {tmp_path / 'cmp'}: Read-only file system"]
+
+
+def test_results_are_written_whole_or_not_at_all(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import errno
+    import os
+
+    import tinylm.bench.compare as compare
+
+    stat = {"mean": 1.0, "std": 0.0}
+    row = {"candidate": "modern", "description": "tiny preset, modern", "params": 10, "active_params": 10,
+           **{key: stat for key in ("tokens_per_s", "dev_loss", "dev_bpb", "steps")}}
+    run = {"candidate": "modern", "seed": 1, "dev_curve": [{"step": 2, "tokens": 64, "dev_loss": 5.0, "seconds": 1.0}]}
+    result = {"preset": "tiny", "budget": "2 steps each", "seeds": [1], "rows": [row], "runs": [run],
+              "train": {"batch_size": 4, "seq_len": None, "lr": 3e-3, "optimizer": "adamw", "dtype": "auto"}}
+
+    def full_disk(result, path):
+        Path(path).write_bytes(b"half a png")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(compare, "plot_compare", full_disk)
+    with pytest.raises(TinyLMError, match="No space left on device"):
+        compare.write_results(result, tmp_path)
+    assert list(tmp_path.iterdir()) == []  # neither the json/md written before the failure nor the half png
+    monkeypatch.undo()
+    compare.write_results(result, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["compare.json", "compare.md", "compare.png"]

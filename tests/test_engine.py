@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.model_variants import all_configs
 
+from model_variants import all_configs
 from tinylm.inference.engine import Engine
 from tinylm.inference.fast_decode import FastDecoder
 from tinylm.inference.runners import FastDecoder as RunnerFast

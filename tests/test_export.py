@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from model_variants import BASE, classic_config, modern_config
+from tinylm.checkpoint import save_checkpoint
 from tinylm.cli import main
 from tinylm.config import ModelConfig
 from tinylm.models.factory import build_model
-from tinylm.checkpoint import save_checkpoint
 
 transformers = pytest.importorskip("transformers")
 
@@ -225,3 +225,51 @@ def test_existing_output_is_never_overwritten(tmp_path: Path, capsys) -> None:
     assert main(["export", "--checkpoint", str(ckpt), "--out", str(out)]) == 1
     one_error_line(capsys)
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def refuse_writes(monkeypatch: pytest.MonkeyPatch, where: str, out: Path) -> None:
+    """The disk refuses a write at one point of the export, as a read-only or full location would."""
+    import errno
+    import os
+
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    import tinylm.interop.hf_export as hf_export
+
+    if where == "weights":  # what safetensors really raises on a read-only disk
+        def save_file(tensors, filename, metadata=None) -> None:
+            Path(filename).write_bytes(b"half")
+            raise SafetensorError(f'Error while serializing: I/O error: Read-only file system (os error 30) at path '
+                                  f'"{filename}"')
+
+        monkeypatch.setattr(safetensors.torch, "save_file", save_file)
+    elif where == "tokenizer":
+        def write_hf_tokenizer(source, folder, context_length) -> int:
+            (Path(folder) / "tokenizer.json").write_text("{half")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(folder) / "tokenizer.json"))
+
+        monkeypatch.setattr(hf_export, "write_hf_tokenizer", write_hf_tokenizer)
+    else:  # the folder itself cannot be made
+        real_mkdir = Path.mkdir
+
+        def mkdir(self, *args, **kwargs) -> None:
+            if self == out.parent or out.parent in self.parents:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+            real_mkdir(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "mkdir", mkdir)
+
+
+@pytest.mark.parametrize("where, reason", [("weights", "Read-only file system"),
+                                           ("tokenizer", "No space left on device"),
+                                           ("folder", "Permission denied")])
+def test_a_refused_write_is_one_line_and_leaves_nothing(tmp_path: Path, capsys, monkeypatch, where: str,
+                                                        reason: str) -> None:
+    ckpt, _ = make_checkpoint(tmp_path, modern_config("gqa", vocab_size=300))
+    out = tmp_path / "exports" / "hf"
+    refuse_writes(monkeypatch, where, out)
+    assert main(["export", "--checkpoint", str(ckpt), "--out", str(out)]) == 1
+    line = one_error_line(capsys)
+    assert f"cannot write {out}: {reason}" in line
+    assert not out.exists() and not list(tmp_path.rglob(".tmp-*"))

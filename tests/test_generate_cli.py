@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from tinylm.checkpoint import save_checkpoint
 from tinylm.cli import main
 from tinylm.config import ModelConfig
 from tinylm.inference.engine import Engine
 from tinylm.inference.sampling import GREEDY
 from tinylm.models.factory import build_model
 from tinylm.tokenizer import train_bpe
-from tinylm.checkpoint import save_checkpoint
 
 CORPUS = ["def add(a, b):\n    return a + b\n", "class Point:\n    x: int = 0\n", "print('héllo wörld')\n"] * 30
 
@@ -93,7 +93,7 @@ def test_empty_prompt_starts_from_eot_and_long_prompts_are_cut_with_a_notice(run
     (["--checkpoint", "{corrupt}"], "corrupt checkpoint"),
     (["--checkpoint", "{run}", "--temperature", "-1"], "temperature must be >= 0"),
     (["--checkpoint", "{run}", "--top-p", "0"], "top_p must be in (0, 1]"),
-    (["--checkpoint", "{run}", "--top-k", "0"], "top_k must be >= 1"),
+    (["--checkpoint", "{run}", "--top-k", "0"], "argument --top-k: must be an integer in [1, "),
     (["--checkpoint", "{run}", "--prompt-file", "{missing}"], "prompt file not found"),
 ])
 def test_user_mistakes_are_one_clear_line(args: list[str], message: str, run_dir: Path, tmp_path: Path,
@@ -103,6 +103,33 @@ def test_user_mistakes_are_one_clear_line(args: list[str], message: str, run_dir
     weights.write_bytes(b"not a safetensors file")
     paths = dict(missing=str(tmp_path / "nope"), corrupt=str(corrupt), run=str(run_dir))
     code, out, err = _generate(capsys, *[a.format(**paths) for a in args])
-    assert code == 1 and out == ""
+    assert code == (2 if "argument --" in message else 1) and out == ""  # 2: argparse refused it, as usual
     assert err.startswith("tinylm: error: ") and message in err and len(err.strip().splitlines()) == 1
 
+
+
+def test_a_draft_with_another_tokenizer_is_refused_in_one_line(run_dir: Path, tmp_path: Path, capsys) -> None:
+    """Same vocabulary size, other merges: the ids mean other text, so the draft's guesses would be nonsense."""
+    other = train_bpe(["SELECT name FROM users WHERE id = 1;\n", "<p>hello</p>\n"] * 40, vocab_size=320)
+    config = ModelConfig(vocab_size=other.vocab_size, context_length=48, n_embed=32, n_head=4, n_blocks=2)
+    draft = tmp_path / "draft"
+    save_checkpoint(draft, 1, build_model(config), config, tokenizer_file=other.save(tmp_path / "other.json"))
+    code, out, err = _generate(capsys, "--checkpoint", str(run_dir), "--draft", str(draft), "--prompt", "x")
+    assert code == 1 and out == ""
+    assert "another tokenizer" in err and len(err.strip().splitlines()) == 1
+
+
+def test_threads_sets_torchs_threads_before_decoding(run_dir: Path, capsys, monkeypatch, one_thread) -> None:
+    asked = []
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: asked.append(n))
+    code, _, err = _generate(capsys, "--checkpoint", str(run_dir), "--max-new-tokens", "2", "--threads", "3")
+    assert code == 0, err
+    assert asked == [3]
+    code, _, err = _generate(capsys, "--checkpoint", str(run_dir), "--max-new-tokens", "2")
+    assert code == 0 and asked == [3]  # without --threads torch keeps its own choice
+
+
+def test_sampling_options_are_refused_before_the_checkpoint_is_read(tmp_path: Path, capsys) -> None:
+    for args in (["--temperature", "nan"], ["--temperature", "inf"], ["--top-p", "nan"]):
+        code, out, err = _generate(capsys, "--checkpoint", str(tmp_path / "absent"), *args)
+        assert code == 1 and "checkpoint not found" not in err and len(err.strip().splitlines()) == 1

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from test_export import CONFIGS, EOT, VARIED_TEXT, encode, make_checkpoint, train_tokenizer
+from tinylm.checkpoint import TRAIN_STATE, checkpoint_model_config, load_weights, read_weights, resolve_checkpoint
 from tinylm.cli import main
 from tinylm.models.factory import build_model
-from tinylm.checkpoint import TRAIN_STATE, checkpoint_model_config, load_weights, read_weights, resolve_checkpoint
 
 transformers = pytest.importorskip("transformers")
 
@@ -173,3 +173,19 @@ def test_imported_checkpoint_trains_with_resume(tmp_path: Path, lr: float) -> No
     before, after = read_weights(imported), read_weights(tuned)
     largest_change = max((before[name] - after[name]).abs().max().item() for name in before)
     assert (largest_change > 1e-4) if lr > 1e-6 else (largest_change < 1e-9)
+
+
+def test_a_refused_write_is_one_line_and_leaves_nothing(tmp_path: Path, capsys, monkeypatch) -> None:
+    import errno
+    import os
+
+    import tinylm.checkpoint as checkpoint
+
+    def full_disk(folder, *args, **kwargs):
+        (Path(folder) / "model.safetensors").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(folder) / "model.safetensors"))
+
+    save_hf_model(tmp_path / "hf", "LlamaForCausalLM")
+    monkeypatch.setattr(checkpoint, "save_checkpoint", full_disk)
+    line = refused(tmp_path, capsys, tmp_path / "hf")
+    assert f"cannot write {tmp_path / 'run'}: No space left on device" in line

@@ -12,6 +12,7 @@ from tinylm.inference.sampling import (
     GREEDY,
     SamplingParams,
     apply_repetition_penalty,
+    check_sampling_options,
     min_p_filter,
     probabilities,
     process_logits,
@@ -115,3 +116,22 @@ def test_invalid_values_are_refused_with_a_clear_message(bad: dict) -> None:
     name = next(iter(bad))
     with pytest.raises(TinyLMError, match=name):
         SamplingParams(**bad)
+
+
+@pytest.mark.parametrize("bad, name", [
+    (dict(temperature=float("nan")), "temperature"), (dict(temperature=float("inf")), "temperature"),
+    (dict(temperature=-1.0), "temperature"), (dict(top_k=0), "top_k"), (dict(top_p=float("nan")), "top_p"),
+    (dict(min_p=float("nan")), "min_p"), (dict(min_p=-0.1), "min_p"),
+])
+def test_check_sampling_options_refuses_what_cannot_sample_in_one_line(bad: dict, name: str) -> None:
+    options = {"temperature": 0.8, "top_k": None, **bad}
+    with pytest.raises(TinyLMError, match=name) as refused:
+        check_sampling_options(**options)
+    assert "\n" not in str(refused.value)
+
+
+def test_check_sampling_options_accepts_what_generate_accepts() -> None:
+    for options in (dict(temperature=0.0, top_k=None), dict(temperature=1.5, top_k=1, top_p=1.0, min_p=0.0),
+                    dict(temperature=0.8, top_k=50, top_p=0.9, min_p=1.0)):
+        assert check_sampling_options(**options) is None
+        SamplingParams(**options)  # the same rule: the params build too

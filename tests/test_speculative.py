@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 import torch
-from tests.model_variants import all_configs, modern_config
 
+from model_variants import all_configs, modern_config
 from tinylm.errors import TinyLMError
 from tinylm.inference.engine import Engine
 from tinylm.inference.sampling import GREEDY, SamplingParams

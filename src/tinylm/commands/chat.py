@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tinylm.commands.generate import add_sampling_arguments, sampling_params
+from tinylm.commands.generate import add_sampling_arguments, sampling_params, use_threads
 
 HELP = "interactive loop: type a line, the model's reply streams back"
 
@@ -23,15 +23,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_sampling_arguments(parser, max_new_tokens=128)
 
 
+def reply_limit(max_new_tokens: int, window: int) -> int:
+    """Tokens a reply may take: at most half the window, so the history keeps the rest (said when it caps)."""
+    room = max(1, window // 2)
+    if max_new_tokens > room:
+        print(f"tinylm: --max-new-tokens {max_new_tokens} is capped at {room}: a reply may use at most half of "
+              f"the model's {window}-token window, the conversation needs the rest", file=sys.stderr)
+        return room
+    return max_new_tokens
+
+
 def run(args: argparse.Namespace) -> int:
     from tinylm.inference.engine import Engine
     from tinylm.inference.loading import eot_id, load_for_generation
     from tinylm.inference.streaming import TextStream
 
     sampling = sampling_params(args)
+    use_threads(args.threads)
     model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8)
     window = model.config.context_length
-    reply_room = min(args.max_new_tokens, window // 2)  # the history may use the rest of the window
+    reply_room = reply_limit(args.max_new_tokens, window)
     eot = eot_id(tokenizer)
     stops = [] if eot is None else [eot]
     engine = Engine(model)

@@ -15,6 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tinylm.commands import option_types
+from tinylm.commands.option_types import bounded_float, bounded_int
+
 HELP = "train several architectures on the same data and budget; table + plot"
 
 
@@ -31,32 +34,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                         help="change a model field for every candidate (repeatable)")
     budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--steps", type=int, default=None, help="equal steps for every run (default: 200)")
-    budget.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+    budget.add_argument("--steps", type=bounded_int(1, 10**9), default=None,
+                        help="equal steps for every run (default: 200)")
+    budget.add_argument("--time-budget", type=bounded_float(0, low_open=True), default=None, metavar="SECONDS",
                         help="equal seconds of training for every run")
-    parser.add_argument("--seeds", default="1", help="comma list of seeds (default: 1)")
+    parser.add_argument("--seeds", type=option_types.seed_list, default=[1],
+                        help="comma list of seeds in [0, 2**32) (default: 1)")
     parser.add_argument("--out", default="compare", help="output folder (default: ./compare)")
     parser.add_argument("--data", default=None, help="prepared data folder (default: the embedded corpus)")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--seq-len", type=int, default=None)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--eval-every", type=int, default=50)
-    parser.add_argument("--eval-batches", type=int, default=20)
-    parser.add_argument("--log-every", type=int, default=10)
+    parser.add_argument("--batch-size", type=bounded_int(1, 2**16), default=16)
+    parser.add_argument("--seq-len", type=bounded_int(2, 2**20), default=None)
+    parser.add_argument("--lr", type=bounded_float(0, low_open=True), default=3e-3)
+    parser.add_argument("--eval-every", type=bounded_int(0, 10**9), default=50, help="0 = only at the end")
+    parser.add_argument("--eval-batches", type=bounded_int(1, 10**6), default=20)
+    parser.add_argument("--log-every", type=bounded_int(1, 10**9), default=10)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--threads", type=option_types.threads, default=None)
 
 
 def run(args: argparse.Namespace) -> int:
     from tinylm.bench.compare import CompareOptions, run_compare
     from tinylm.config import parse_override
-    from tinylm.errors import TinyLMError
 
-    try:
-        seeds = [int(s) for s in _names(args.seeds)]
-    except ValueError:
-        raise TinyLMError(f"--seeds must be a comma list of integers, got {args.seeds!r}") from None
+    seeds = args.seeds
     steps = args.steps if args.steps is not None or args.time_budget is not None else 200
     train = {"data": args.data, "batch_size": args.batch_size, "seq_len": args.seq_len, "lr": args.lr,
              "eval_every": args.eval_every, "eval_batches": args.eval_batches, "log_every": args.log_every,

@@ -19,20 +19,24 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tinylm.commands import option_types
 from tinylm.errors import TinyLMError
 
 HELP = "sample text from a checkpoint (streams to stdout)"
+MAX_NEW_TOKENS = 1_000_000  # a million tokens is hours of decoding; more is a typo, refused before allocating
+MAX_NUM_SAMPLES = 10_000
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
     """Options shared by `generate` and `chat`."""
     parser.add_argument("--checkpoint", required=True, metavar="RUN",
                         help="a run folder (newest checkpoint) or a checkpoint folder")
-    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens, metavar="N",
-                        help="tokens to generate at most (default %(default)s)")
+    parser.add_argument("--max-new-tokens", type=option_types.bounded_int(0, MAX_NEW_TOKENS), metavar="N",
+                        default=max_new_tokens, help="tokens to generate at most (default %(default)s)")
     parser.add_argument("--temperature", type=float, default=0.8, metavar="T",
                         help="0 = greedy; higher = more random (default %(default)s)")
-    parser.add_argument("--top-k", type=int, default=None, metavar="K", help="sample among the K most likely tokens")
+    parser.add_argument("--top-k", type=option_types.count, default=None, metavar="K",
+                        help="sample among the K most likely tokens")
     parser.add_argument("--top-p", type=float, default=None, metavar="P",
                         help="nucleus: the most likely tokens holding probability P")
     parser.add_argument("--min-p", type=float, default=None, metavar="P",
@@ -40,7 +44,10 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int)
     parser.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
                         help="> 1 discourages tokens already in the text (default %(default)s)")
     parser.add_argument("--int8", action="store_true", help="int8 weights for the linear layers (less memory)")
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default %(default)s)")
+    parser.add_argument("--seed", type=option_types.seed, default=0, metavar="S",
+                        help="random seed in [0, 2**32) (default %(default)s)")
+    parser.add_argument("--threads", type=option_types.threads, default=None, metavar="N",
+                        help="CPU threads (default: torch's; 1 is often fastest for small models on a busy machine)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,14 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--prompt-file", default=None, metavar="F", help="read the prompt from a UTF-8 file")
     parser.add_argument("--draft", default=None, metavar="RUN",
                         help="a small model with the same tokenizer for speculative decoding")
-    parser.add_argument("--num-samples", type=int, default=1, metavar="K", help="independent samples (default 1)")
+    parser.add_argument("--num-samples", type=option_types.bounded_int(1, MAX_NUM_SAMPLES), default=1, metavar="K",
+                        help="independent samples (default 1)")
 
 
 def sampling_params(args: argparse.Namespace) -> Any:
+    """The validated sampling options (one line for a bad one), before any checkpoint is read."""
     from tinylm.inference.sampling import SamplingParams
 
-    if args.max_new_tokens < 0:
-        raise TinyLMError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                           repetition_penalty=args.repetition_penalty)
 
@@ -78,6 +85,21 @@ def prompt_ids(text: str, tokenizer: Any, window: int, room: int = 1) -> list[in
               f"keeping the last {limit}", file=sys.stderr)
         ids = ids[-limit:]
     return ids
+
+
+def use_threads(threads: int | None) -> None:
+    """--threads: torch's intra-op threads for this process (None keeps torch's choice)."""
+    import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
+def check_same_tokenizer(tokenizer: Any, draft_tokenizer: Any, draft: str) -> None:
+    """Speculative decoding feeds the target's ids to the draft: both must split text the same way."""
+    if draft_tokenizer.fingerprint != tokenizer.fingerprint:
+        raise TinyLMError(f"--draft {draft} has another tokenizer than the checkpoint: speculative decoding "
+                          "needs both models to share one tokenizer")
 
 
 def _read_prompt(args: argparse.Namespace) -> str:
@@ -106,13 +128,13 @@ def run(args: argparse.Namespace) -> int:
     from tinylm.inference.streaming import TextStream
 
     sampling = sampling_params(args)
-    if args.num_samples < 1:
-        raise TinyLMError(f"--num-samples must be >= 1, got {args.num_samples}")
     text = _read_prompt(args)
+    use_threads(args.threads)
     model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8)
     draft = None
     if args.draft is not None:
-        draft, _, _ = load_for_generation(args.draft, int8=args.int8)
+        draft, draft_tokenizer, _ = load_for_generation(args.draft, int8=args.int8)
+        check_same_tokenizer(tokenizer, draft_tokenizer, args.draft)
     print(f"tinylm: {meta['path']} (step {meta.get('step')}, {model.config.arch}, "
           f"{model.num_params() / 1e6:.1f}M parameters{', int8' if args.int8 else ''})", file=sys.stderr)
 

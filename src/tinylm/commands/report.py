@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from tinylm.commands.option_types import count
+
 HELP = "parameters, FLOPs per token and memory estimate for a preset or checkpoint"
 
 
@@ -22,8 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a model field, e.g. --set n_kv_head=1 (repeatable)")
     parser.add_argument("--checkpoint", help="report the model of a checkpoint (or run folder) instead")
-    parser.add_argument("--batch-size", type=int, default=8, help="batch size for the activation estimate")
-    parser.add_argument("--seq-len", type=int, default=None, help="sequence length (default: context length)")
+    parser.add_argument("--batch-size", type=count, default=8, help="batch size for the activation estimate")
+    parser.add_argument("--seq-len", type=count, default=None, help="sequence length (default: context length)")
     parser.add_argument("--activation-dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -80,8 +82,6 @@ def run(args: argparse.Namespace) -> int:
         config = _config_from_checkpoint(args.checkpoint).replace(**overrides)
     else:
         config = preset_config(args.preset, args.arch, **overrides)
-    if args.batch_size < 1 or (args.seq_len is not None and args.seq_len < 1):
-        raise ValueError("invalid config: batch_size/seq_len must be >= 1")
     report = build_report(config, args.batch_size, args.seq_len, 2 if args.activation_dtype == "bfloat16" else 4)
     if args.json:
         print(json.dumps(report))

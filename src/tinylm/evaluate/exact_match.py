@@ -1,14 +1,22 @@
-"""Exact-match on a verifiable task: ask the model every held-out problem, let the task's verifier judge.
+"""Exact-match and pass@k on a verifiable task: ask the model every held-out problem, let the verifier judge.
 
 The prompts are rendered with the chat format (ending with the assistant header), generated in one
 left-padded batch by the KV-cache engine until the end-of-turn token, decoded and verified. Greedy
 by default, so the score is a deterministic function of the weights. The engine runs without the
 fused fast decoder: during training the weights change between evaluations, and a fused copy would
 go stale.
+
+pass@k samples n >= k replies per problem (temperature > 0, seeded) and counts the c that verify; the
+chance that at least one of k replies drawn from those n is right is estimated without bias as
+
+    pass@k = 1 - C(n - c, k) / C(n, k)
+
+averaged over problems (Chen et al. 2021, "Evaluating Large Language Models Trained on Code").
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -60,3 +68,34 @@ def exact_match(model: nn.Module, chat: ChatFormat, task: Task, examples: Sequen
     verdicts = [task.verify(reply, example) for reply, example in zip(replies, examples, strict=True)]
     samples = [(e.prompt[-1]["content"], r, v) for e, r, v in zip(examples, replies, verdicts)][:keep_samples]
     return ExactMatch(sum(verdicts), len(examples), samples)
+
+
+@dataclass
+class PassAtK:
+    k: int
+    samples_per_problem: int
+    score: float  # mean over problems of the unbiased estimate
+    correct: list[int]  # per problem: how many of its samples verified
+
+
+def pass_at_k_estimate(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@torch.no_grad()
+def pass_at_k(model: nn.Module, chat: ChatFormat, task: Task, examples: Sequence[Example], max_new_tokens: int,
+              k: int, samples: int, temperature: float = 0.8, seed: int = 0) -> PassAtK:
+    """pass@k with `samples` sampled replies per problem (the same replies for the same seed)."""
+    if samples < k:
+        raise ValueError(f"pass@{k} needs at least {k} samples per problem, got {samples}")
+    prompts = [e.prompt for e in examples for _ in range(samples)]
+    replies = generate_replies(model, chat, prompts, max_new_tokens, SamplingParams(temperature=temperature),
+                               seed=seed)
+    correct = [sum(task.verify(replies[i * samples + j], e) for j in range(samples)) for i, e in enumerate(examples)]
+    score = sum(pass_at_k_estimate(samples, c, k) for c in correct) / len(examples) if examples else 0.0
+    return PassAtK(k, samples, score, correct)

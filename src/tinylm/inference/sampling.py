@@ -19,11 +19,25 @@ generation never disturbs the global RNG. Nothing here reads a tensor back to th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from tinylm.errors import TinyLMError
+
+
+def check_sampling_options(temperature: float, top_k: int | None, top_p: float | None = None,
+                           min_p: float | None = None) -> None:
+    """Refuse, in one line, sampling options that cannot sample: called before any work that would need them."""
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise TinyLMError(f"temperature must be >= 0 and finite (0 = greedy), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise TinyLMError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise TinyLMError(f"top_p must be in (0, 1], got {top_p}")
+    if min_p is not None and not 0 <= min_p <= 1:
+        raise TinyLMError(f"min_p must be in [0, 1], got {min_p}")
 
 
 @dataclass(frozen=True)
@@ -37,16 +51,9 @@ class SamplingParams:
     repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise TinyLMError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if self.top_k is not None and self.top_k < 1:
-            raise TinyLMError(f"top_k must be >= 1, got {self.top_k}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise TinyLMError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.min_p is not None and not 0 <= self.min_p <= 1:
-            raise TinyLMError(f"min_p must be in [0, 1], got {self.min_p}")
-        if not self.repetition_penalty > 0:
-            raise TinyLMError(f"repetition_penalty must be > 0 (1 = off), got {self.repetition_penalty}")
+        check_sampling_options(self.temperature, self.top_k, self.top_p, self.min_p)
+        if not (math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0):
+            raise TinyLMError(f"repetition_penalty must be > 0 and finite (1 = off), got {self.repetition_penalty}")
 
     @property
     def greedy(self) -> bool:

@@ -180,11 +180,11 @@ def hf_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
 def write_hf_folder(folder: str | Path, weights: dict[str, torch.Tensor], config: ModelConfig,
                     **token_ids: Any) -> None:
     """Write config.json and model.safetensors as `transformers` reads them (MoE experts one tensor each)."""
-    from safetensors.torch import save_file
+    from tinylm.checkpoint import save_safetensors
 
     folder = Path(folder)
     hf_weights = {k: v.detach().to("cpu").contiguous() for k, v in to_hf_weights(weights, config).items()}
-    save_file(hf_weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    save_safetensors(hf_weights, folder / "model.safetensors", metadata={"format": "pt"})
     data = {**hf_config_dict(config, **token_ids), "dtype": _dtype_name(next(iter(hf_weights.values())).dtype)}
     (folder / "config.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 

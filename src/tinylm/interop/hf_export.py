@@ -19,16 +19,15 @@ from pathlib import Path
 import torch
 
 from tinylm.errors import TinyLMError
-from tinylm.interop.atomic_dir import atomic_directory
 from tinylm.interop.hf import hf_architecture, write_hf_folder
 from tinylm.interop.hf_tokenizer import write_hf_tokenizer
+from tinylm.interop.output_folder import output_folder
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str | None = None) -> tuple[Path, str]:
     """Write `out` from a checkpoint (or the newest one of a run folder); return (out, transformers class)."""
-    from tinylm.models.factory import build_model
     from tinylm.checkpoint import (
         TOKENIZER,
         checkpoint_model_config,
@@ -37,6 +36,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str | None
         resolve_checkpoint,
         tied_aliases,
     )
+    from tinylm.models.factory import build_model
 
     ckpt = resolve_checkpoint(checkpoint)
     config = checkpoint_model_config(ckpt)
@@ -52,7 +52,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str | None
     if dtype is not None:
         weights = {k: v.to(DTYPES[dtype]) if v.is_floating_point() else v for k, v in weights.items()}
 
-    with atomic_directory(out) as folder:
+    with output_folder(out) as folder:
         eot_id = write_hf_tokenizer(tokenizer_file, folder, config.context_length)
         token_ids = {"bos_token_id": eot_id, "eos_token_id": eot_id, "pad_token_id": eot_id}
         write_hf_folder(folder, weights, config, **token_ids)

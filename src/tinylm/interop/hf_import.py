@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 
 from tinylm.errors import TinyLMError
-from tinylm.interop.atomic_dir import atomic_directory
 from tinylm.interop.hf import config_from_hf, hf_architecture, state_dict_from_hf
 from tinylm.interop.hf_tokenizer import eot_token, hf_eot_id
+from tinylm.interop.output_folder import output_folder
 
 
 def read_hf_config(hf_dir: Path) -> dict:
@@ -63,8 +63,8 @@ def read_hf_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
 
 def import_hf(hf_dir: str | Path, out: str | Path) -> tuple[Path, str]:
     """Write the tinylm run folder `out` from a transformers folder; return (checkpoint path, source class)."""
-    from tinylm.models.factory import build_model
     from tinylm.checkpoint import checkpoint_name, full_state_dict, save_checkpoint
+    from tinylm.models.factory import build_model
 
     hf_dir = Path(hf_dir)
     config = config_from_hf(read_hf_config(hf_dir))
@@ -77,7 +77,7 @@ def import_hf(hf_dir: str | Path, out: str | Path) -> tuple[Path, str]:
     meta: dict = {"imported_from": str(hf_dir.resolve()), "hf_architecture": architecture}
     if tokenizer_file.is_file():
         meta["eot_id"] = eot_token(tokenizer_file, hf_eot_id(hf_dir))[0]
-    with atomic_directory(out) as folder:
+    with output_folder(out) as folder:
         save_checkpoint(folder, 0, model, config, tokenizer_file=tokenizer_file if tokenizer_file.is_file() else None,
                         meta=meta)
     return Path(out) / "checkpoints" / checkpoint_name(0), architecture

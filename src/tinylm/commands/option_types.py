@@ -1,0 +1,65 @@
+"""argparse types that check a range, so a flag and a `--config` value are refused alike and early.
+
+argparse calls `type` on every value, from the command line or (through `tinylm.options_file`) from
+a config file, and turns the ValueError into its one-line "argument --seed: ..." message. Checking
+the range there stops `--max-new-tokens 1000000000000` before anything is allocated and keeps
+seeds inside what numpy and torch accept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+SEED_LIMIT = 2**32  # numpy's RandomState and torch accept any seed in [0, 2**32)
+COUNT_LIMIT = 2**31 - 1  # a count beyond this is a typo, and overflows int32 indexing anyway
+
+
+def bounded_int(low: int, high: int, what: str = "") -> Callable[[str], int]:
+    """A type that parses an integer in [low, high] (`what` explains the upper bound in the message)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if not low <= value <= high:
+            reason = f" ({what})" if what else ""
+            raise argparse.ArgumentTypeError(f"must be an integer in [{low}, {high}]{reason}, got {value}")
+        return value
+
+    parse.__name__ = "int"  # what it parses, for readers of the parser (argparse, tests, help tools)
+    return parse
+
+
+def bounded_float(low: float, high: float = math.inf, low_open: bool = False) -> Callable[[str], float]:
+    """A type that parses a finite float in [low, high] ((low, high] with low_open)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        above = value > low if low_open else value >= low
+        if not (math.isfinite(value) and above and value <= high):
+            interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+            raise argparse.ArgumentTypeError(f"must be a finite number in {interval}, got {text}")
+        return value
+
+    parse.__name__ = "float"
+    return parse
+
+
+seed = bounded_int(0, SEED_LIMIT - 1, "what numpy and torch accept as a seed")
+
+
+def seed_list(text: str) -> list[int]:
+    """A comma list of seeds, each checked as --seed is."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError("expected a comma list of seeds, e.g. 1,2,3")
+    return [seed(part) for part in parts]
+
+count = bounded_int(1, COUNT_LIMIT)
+threads = bounded_int(1, 4096)
