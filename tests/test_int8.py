@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from tests.model_variants import all_configs
+from model_variants import all_configs
 
 from tinylm.inference.engine import Engine
 from tinylm.inference.int8 import Int8Linear, linear_weight_bytes, quantize_int8, quantize_rows

@@ -195,14 +195,15 @@ def test_default_data_is_prepared_once_with_the_model_vocab(monkeypatch: pytest.
     from tinylm.train.distributed import DistEnv
 
     calls: list[dict[str, Any]] = []
+    prepared = data_dir()  # before the patch: data_dir() itself prepares through prepare_dataset
 
     def fake_prepare(**kw: Any) -> Path:
         calls.append(kw)
-        return data_dir()
+        return prepared
 
     monkeypatch.setattr(prepare, "prepare_dataset", fake_prepare)
     model = preset_config("tiny", "modern", vocab_size=300)
-    assert resolve_data_dir(None, model, DistEnv(), progress=False) == data_dir()
+    assert resolve_data_dir(None, model, DistEnv(), progress=False) == prepared
     assert calls[0]["corpus"] == "pystdlib" and calls[0]["tokenizer"] == "bpe" and calls[0]["vocab_size"] == 300
     resolve_data_dir(None, preset_config("13m", "classic"), DistEnv(), progress=False)
     assert calls[1]["tokenizer"] == "r50k" and calls[1]["vocab_size"] == 50304  # GPT-2's tokenizer for 50k vocabs

@@ -5,6 +5,8 @@ Llama (MHA/GQA/MQA), Mistral (+ sliding window), Qwen3 (QK-norm), Qwen2-MoE / Qw
 (mixture of experts), DeepSeek-V3 (MLA), GPT-2 (classic). Anything else is refused, naming the feature.
 
   tinylm export --checkpoint runs/tiny-modern --out hf/tiny
+  tinylm export --checkpoint runs/tiny-modern-sft --out hf/chat     with its chat template
+  tinylm export --checkpoint runs/lora-sft --out hf/lora            the base + hf/lora/adapter (PEFT)
   python -c "from transformers import AutoModelForCausalLM; AutoModelForCausalLM.from_pretrained('hf/tiny')"
 """
 
@@ -21,12 +23,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="folder to create (must not exist, or be empty)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
                         help="store the weights in this dtype (default: as trained)")
+    parser.add_argument("--merge", action="store_true",
+                        help="a LoRA run: fold the adapters into the weights (default: the base + OUT/adapter "
+                             "in PEFT's format)")
 
 
 def run(args: argparse.Namespace) -> int:
     from tinylm.interop.hf_export import export_checkpoint
 
-    out, architecture = export_checkpoint(args.checkpoint, args.out, args.dtype)
+    out, architecture = export_checkpoint(args.checkpoint, args.out, args.dtype, merge=args.merge)
     print(f"exported {args.checkpoint} as {architecture} to {out}", file=sys.stderr)
     print(out)
     return 0

@@ -4,17 +4,20 @@
     DIR/model.safetensors        our weights under transformers names, a tied matrix stored once
     DIR/generation_config.json   EOS/BOS/PAD = our end-of-text token
     DIR/tokenizer.json           our tokenizer, unchanged
-    DIR/tokenizer_config.json    what AutoTokenizer needs to run it
+    DIR/tokenizer_config.json    what AutoTokenizer needs to run it, with the chat template of a chat model
+    DIR/adapter/                 a LoRA run's adapters in PEFT's format (DIR is then the base they apply to)
 
-`AutoModelForCausalLM.from_pretrained(DIR)` and `AutoTokenizer.from_pretrained(DIR)` load it offline.
-A model with no exact counterpart is refused before anything is written, and the folder appears
-only once it is complete.
+`AutoModelForCausalLM.from_pretrained(DIR)` and `AutoTokenizer.from_pretrained(DIR)` load it offline,
+and `peft.PeftModel.from_pretrained(model, DIR/adapter)` adds a LoRA run's adapters (or `merge=True`
+exports the merged model instead). A model with no exact counterpart is refused before anything is
+written, and the folder appears only once it is complete.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -26,36 +29,79 @@ from tinylm.interop.output_folder import output_folder
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str | None = None) -> tuple[Path, str]:
-    """Write `out` from a checkpoint (or the newest one of a run folder); return (out, transformers class)."""
+def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str | None = None,
+                      merge: bool = False) -> tuple[Path, str]:
+    """Write `out` from a checkpoint (or the newest one of a run folder); return (out, transformers class).
+
+    A LoRA run's adapter-only checkpoint becomes its base (the weights the adapters apply to) plus
+    `out/adapter` in PEFT's format, or with `merge` one model with the adapters folded in.
+    """
     from tinylm.checkpoint import (
         TOKENIZER,
+        adapter_parts,
         checkpoint_model_config,
-        full_state_dict,
+        read_checkpoint_config,
         read_weights,
         resolve_checkpoint,
-        tied_aliases,
     )
-    from tinylm.models.factory import build_model
+    from tinylm.models.lora_merge import merged_weights
 
     ckpt = resolve_checkpoint(checkpoint)
+    info = read_checkpoint_config(ckpt)
     config = checkpoint_model_config(ckpt)
     architecture = hf_architecture(config)  # refuses before anything is read or written
     tokenizer_file = ckpt / TOKENIZER
     if not tokenizer_file.is_file():
         raise TinyLMError(f"checkpoint {ckpt} has no {TOKENIZER}: transformers needs one next to the model")
-    with torch.device("meta"):
-        shapes = build_model(config)
-    weights = full_state_dict(shapes, read_weights(ckpt), ckpt)  # names and shapes checked
-    for alias in tied_aliases(shapes):
-        weights.pop(alias, None)
-    if dtype is not None:
-        weights = {k: v.to(DTYPES[dtype]) if v.is_floating_point() else v for k, v in weights.items()}
+    adapter = info.get("adapter")
+    lora: dict[str, torch.Tensor] = {}
+    if adapter is None:
+        stored = read_weights(ckpt)
+    else:
+        stored, lora, scale = adapter_parts(ckpt, adapter)
+        if merge:
+            stored, lora = merged_weights(stored, lora, scale), {}
+    weights = _canonical_weights(config, stored, ckpt, dtype)
 
     with output_folder(out) as folder:
-        eot_id = write_hf_tokenizer(tokenizer_file, folder, config.context_length)
+        eot_id = write_hf_tokenizer(tokenizer_file, folder, config.context_length,
+                                    chat_template=info.get("chat_template"))
         token_ids = {"bos_token_id": eot_id, "eos_token_id": eot_id, "pad_token_id": eot_id}
         write_hf_folder(folder, weights, config, **token_ids)
         generation = {**token_ids, "_from_model_config": False}
         (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n", encoding="utf-8")
+        if lora:
+            _write_adapter(folder / "adapter", config, weights, lora, adapter, base_name=str(Path(out).resolve()))
     return Path(out), architecture
+
+
+def _canonical_weights(config: Any, stored: dict[str, torch.Tensor], ckpt: Path, dtype: str | None
+                       ) -> dict[str, torch.Tensor]:
+    """The model's weights under tinylm names, checked against its shapes, each tied matrix once."""
+    from tinylm.checkpoint import full_state_dict, tied_aliases
+    from tinylm.models.factory import build_model
+
+    with torch.device("meta"):
+        shapes = build_model(config)
+    weights = full_state_dict(shapes, stored, ckpt)  # names and shapes checked
+    for alias in tied_aliases(shapes):
+        weights.pop(alias, None)
+    if dtype is not None:
+        weights = {k: v.to(DTYPES[dtype]) if v.is_floating_point() else v for k, v in weights.items()}
+    return weights
+
+
+def _write_adapter(folder: Path, config: Any, base: dict[str, torch.Tensor], lora: dict[str, torch.Tensor],
+                   adapter: dict[str, Any], base_name: str) -> None:
+    """The adapters in PEFT's format, through a model wrapped exactly as training wrapped it."""
+    from tinylm.checkpoint import full_state_dict
+    from tinylm.interop.peft_export import write_peft_adapter
+    from tinylm.models.factory import build_model
+    from tinylm.posttrain.lora import LoraConfig, apply_lora, load_lora_state_dict
+
+    model = build_model(config)
+    model.load_state_dict(full_state_dict(model, base, folder))
+    cfg = LoraConfig.from_dict(adapter["lora"])
+    apply_lora(model, cfg)
+    load_lora_state_dict(model, lora)
+    write_peft_adapter(model, cfg, folder, base_name)
