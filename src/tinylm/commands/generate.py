@@ -9,6 +9,7 @@ examples:
   tinylm generate --checkpoint runs/tiny-modern --temperature 0              greedy
   tinylm generate --checkpoint runs/small --draft runs/tiny-modern             speculative decoding
   tinylm generate --checkpoint runs/tiny-modern --int8 --num-samples 3 --seed 1
+  tinylm generate --checkpoint runs/tiny-modern-sft --chat --prompt "What is 2 + 3?"   a chat model
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--prompt-file", default=None, metavar="F", help="read the prompt from a UTF-8 file")
     parser.add_argument("--draft", default=None, metavar="RUN",
                         help="a small model with the same tokenizer for speculative decoding")
+    parser.add_argument("--chat", action="store_true",
+                        help="the prompt is a user message to a chat model (its chat template); the reply ends "
+                             "at the end of its turn")
+    parser.add_argument("--system", default=None, metavar="TEXT", help="with --chat: a system prompt")
     parser.add_argument("--num-samples", type=option_types.bounded_int(1, MAX_NUM_SAMPLES), default=1, metavar="K",
                         help="independent samples (default 1)")
 
@@ -85,6 +90,23 @@ def prompt_ids(text: str, tokenizer: Any, window: int, room: int = 1) -> list[in
               f"keeping the last {limit}", file=sys.stderr)
         ids = ids[-limit:]
     return ids
+
+
+def chat_prompt(text: str, system: str | None, tokenizer: Any, meta: dict[str, Any], window: int
+                ) -> tuple[list[int], list[int]]:
+    """(ids, stop ids) for `generate --chat`: the message as a user turn in the checkpoint's chat format."""
+    from tinylm.inference.loading import chat_format_of
+
+    chat = chat_format_of(tokenizer, meta)
+    if chat is None:
+        raise TinyLMError(f"checkpoint {meta['path']} has no chat template: it is a base model (fine-tune it with "
+                          "`tinylm sft`, or generate without --chat)")
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+    ids = chat.prompt_ids(messages)
+    if len(ids) >= window:
+        raise TinyLMError(f"the message is {len(ids)} tokens in the chat format: no room for a reply in the "
+                          f"model's {window}-token window")
+    return ids, list(chat.stop_ids)
 
 
 def use_threads(threads: int | None) -> None:
@@ -139,8 +161,12 @@ def run(args: argparse.Namespace) -> int:
           f"{model.num_params() / 1e6:.1f}M parameters{', int8' if args.int8 else ''})", file=sys.stderr)
 
     window = model.config.context_length
-    ids = prompt_ids(text, tokenizer, window)
-    stops = [] if eot_id(tokenizer) is None else [eot_id(tokenizer)]
+    if args.chat:
+        ids, stops = chat_prompt(text, args.system, tokenizer, meta, window)
+        text = ""  # the reply is printed, not the rendered conversation
+    else:
+        ids = prompt_ids(text, tokenizer, window)
+        stops = [] if eot_id(tokenizer) is None else [eot_id(tokenizer)]
     engine = Engine(model)
     started, total = time.perf_counter(), 0
     stats = SpeculativeStats()

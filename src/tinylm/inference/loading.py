@@ -46,3 +46,12 @@ def load_for_generation(path: str, int8: bool = False, device: str = "auto") -> 
 def eot_id(tokenizer: Any) -> int | None:
     value = getattr(tokenizer, "eot_id", None)
     return int(value) if value is not None else None
+
+
+def chat_format_of(tokenizer: Any, meta: dict[str, Any]) -> Any:
+    """The chat format of a fine-tuned checkpoint (one that carries a chat template), or None for a base model."""
+    if not meta.get("chat_template"):
+        return None
+    from tinylm.posttrain.chat_format import ChatFormat
+
+    return ChatFormat.from_tokenizer(tokenizer)
