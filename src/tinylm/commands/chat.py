@@ -41,9 +41,45 @@ def reply_limit(max_new_tokens: int, window: int) -> int:
     return max_new_tokens
 
 
+class TextHistory:
+    """A base model's conversation: one growing text it continues, its oldest tokens dropped to fit."""
+
+    def __init__(self, tokenizer: Any, window: int, reply_room: int) -> None:
+        self.tokenizer, self.budget = tokenizer, max(1, window - reply_room)
+        eot = getattr(tokenizer, "eot_id", None)
+        self.start = [] if eot is None else [int(eot)]
+        self.stop_ids = self.start
+        self.ids: list[int] = []
+
+    def prompt(self, text: str) -> tuple[list[int], int]:
+        self.ids = (self.ids + self.tokenizer.encode(text + "\n"))[-self.budget:]  # keep the newest text
+        return self.ids or self.start, 0
+
+    def add_reply(self, reply: list[int]) -> None:
+        self.ids += reply
+
+    def reset(self) -> None:
+        self.ids = []
+
+
+class Turns:
+    """A chat model's conversation in its chat format (`ChatSession`), with the same interface as TextHistory."""
+
+    def __init__(self, chat: Any, window: int, reply_room: int, system: str | None) -> None:
+        from tinylm.inference.chat_session import ChatSession
+
+        self.session = ChatSession(chat, window, reply_room, system=system)
+        self.stop_ids = list(chat.stop_ids)
+        self.prompt, self.reset = self.session.prompt, self.session.reset
+
+    def add_reply(self, reply: list[int]) -> None:
+        self.session.add_reply(self.session.chat.tokenizer.decode(reply))
+
+
 def run(args: argparse.Namespace) -> int:
+    from tinylm.errors import TinyLMError
     from tinylm.inference.engine import Engine
-    from tinylm.inference.loading import chat_format_of, eot_id, load_for_generation
+    from tinylm.inference.loading import chat_format_of, load_for_generation
     from tinylm.inference.streaming import TextStream
 
     sampling = sampling_params(args)
@@ -58,14 +94,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"tinylm: chatting with {meta['path']} ({kind}; window {window} tokens); Ctrl-D to quit", file=sys.stderr)
     if meta.get("decode_precision"):
         print(f"tinylm: {meta['decode_precision']}", file=sys.stderr)
-    if chat is not None:
-        return _chat_in_turns(args, engine, chat, window, reply_room, sampling, interactive)
-    if args.system:
+    if chat is None and args.system:
         print("tinylm: --system is ignored: a base model has no system turn", file=sys.stderr)
-    eot = eot_id(tokenizer)
-    stops = [] if eot is None else [eot]
-
-    history: list[int] = []
+    conversation: Any = (Turns(chat, window, reply_room, args.system) if chat is not None
+                         else TextHistory(tokenizer, window, reply_room))
     turn = 0
     try:
         while True:
@@ -76,67 +108,29 @@ def run(args: argparse.Namespace) -> int:
                 break
             text = line.rstrip("\r\n")
             if text.strip() == "/reset":
-                history = []
-                print("tinylm: history cleared", file=sys.stderr)
-                continue
-            history += tokenizer.encode(text + "\n")
-            history = history[-max(1, window - reply_room) :]  # keep the newest turns within the window
-            context = history or ([eot] if eot is not None else [])
-            if not context:
-                continue
-            stream = TextStream(tokenizer)
-            reply: list[int] = []
-            for token in engine.stream(context, reply_room, sampling, seed=args.seed + turn, stop_ids=stops):
-                reply.append(token)
-                sys.stdout.write(stream.push(token))
-                sys.stdout.flush()
-            sys.stdout.write(stream.flush() + "\n")
-            sys.stdout.flush()
-            history += reply
-            turn += 1
-    except KeyboardInterrupt:
-        print("", file=sys.stderr)
-    return 0
-
-
-def _chat_in_turns(args: argparse.Namespace, engine: Any, chat: Any, window: int, reply_room: int, sampling: Any,
-                   interactive: bool) -> int:
-    """The loop for a chat model: user turns in, assistant turns out, the session kept within the window."""
-    from tinylm.errors import TinyLMError
-    from tinylm.inference.chat_session import ChatSession
-    from tinylm.inference.streaming import TextStream
-
-    session = ChatSession(chat, window, reply_room, system=args.system)
-    turn = 0
-    try:
-        while True:
-            if interactive:
-                print("> ", end="", file=sys.stderr, flush=True)
-            line = sys.stdin.readline()
-            if not line:  # EOF (Ctrl-D or the end of piped input)
-                break
-            text = line.rstrip("\r\n")
-            if text.strip() == "/reset":
-                session.reset()
+                conversation.reset()
                 print("tinylm: history cleared", file=sys.stderr)
                 continue
             try:
-                ids, dropped = session.prompt(text)
-            except TinyLMError as exc:
+                ids, dropped = conversation.prompt(text)
+            except TinyLMError as exc:  # a message too long for the window: say so, keep chatting
                 print(f"tinylm: {exc}", file=sys.stderr)
                 continue
             if dropped:
                 print(f"tinylm: dropped the {dropped} oldest exchange(s) to stay within the {window}-token window",
                       file=sys.stderr)
-            stream = TextStream(chat.tokenizer)
+            if not ids:
+                continue
+            stream = TextStream(tokenizer)
             reply: list[int] = []
-            for token in engine.stream(ids, reply_room, sampling, seed=args.seed + turn, stop_ids=chat.stop_ids):
+            for token in engine.stream(ids, reply_room, sampling, seed=args.seed + turn,
+                                       stop_ids=conversation.stop_ids):
                 reply.append(token)
                 sys.stdout.write(stream.push(token))
                 sys.stdout.flush()
             sys.stdout.write(stream.flush() + "\n")
             sys.stdout.flush()
-            session.add_reply(chat.tokenizer.decode(reply))
+            conversation.add_reply(reply)
             turn += 1
     except KeyboardInterrupt:
         print("", file=sys.stderr)
