@@ -1,0 +1,168 @@
+"""Continuous batching under load: 1, 4 and 16 concurrent streaming clients against `tinylm serve`.
+
+Starts `tinylm serve` as a separate process on 127.0.0.1 (a random `tiny`-preset modern model with a
+BPE tokenizer trained on a slice of the standard library), then for each concurrency level runs a
+bounded number of streamed completions from asyncio clients (httpx) and prints one JSON object:
+aggregate output tokens/s, p50/p99 time to first token and per output token (measured by the
+clients, from request to chunk), and the 16-vs-1 throughput ratio. Nothing leaves the loopback.
+`scheduler_only` steps the same scheduler in-process without HTTP: the batching gain by itself,
+without the per-token cost of events, JSON chunks and sockets.
+
+    python benchmarks/bench_serve.py [--threads 2] [--requests-per-client 2] [--max-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import torch
+
+from tinylm.checkpoint import load_model, save_checkpoint
+from tinylm.data.pystdlib import stdlib_files
+from tinylm.inference.sampling import GREEDY
+from tinylm.models.factory import build_model
+from tinylm.presets import preset_config
+from tinylm.serve.scheduler import Job, Scheduler
+from tinylm.tokenizer import train_bpe
+
+
+def make_checkpoint(root: Path) -> Path:
+    texts = [path.read_text(encoding="utf-8", errors="replace") for path in stdlib_files()[:120]]
+    tokenizer = train_bpe(texts, vocab_size=4096)
+    config = preset_config("tiny", vocab_size=tokenizer.vocab_size)
+    torch.manual_seed(0)
+    save_checkpoint(root / "bench", 1, build_model(config), config,
+                    tokenizer_file=tokenizer.save(root / "tokenizer.json"))
+    return root / "bench"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(checkpoint: Path, port: int, threads: int) -> subprocess.Popen:
+    command = [sys.executable, "-m", "tinylm", "serve", "--checkpoint", str(checkpoint), "--port", str(port),
+               "--threads", str(threads), "--model-name", "bench"]
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    banner = server.stderr.readline()
+    if "serving" not in banner:
+        server.kill()
+        raise SystemExit(f"the server did not start: {banner}")
+    return server
+
+
+async def one_stream(client: httpx.AsyncClient, url: str, prompt: list[int], max_tokens: int) -> dict:
+    """One streamed completion, read as raw bytes (the client must cost the shared CPUs as little as it can):
+    the first chunk's arrival is the first token (completion chunks carry text, or the ending), and the
+    token count comes from the closing usage chunk."""
+    body = {"model": "bench", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    start = time.perf_counter()
+    first = last = None
+    tail = b""
+    async with client.stream("POST", url + "/v1/completions", json=body) as response:
+        async for block in response.aiter_bytes():
+            last = time.perf_counter()
+            first = first or last
+            tail = (tail + block)[-4096:]
+    usage_line = next(line for line in reversed(tail.split(b"\n\n")) if b'"usage"' in line)
+    tokens = json.loads(usage_line.removeprefix(b"data: "))["usage"]["completion_tokens"]
+    return {"ttft": (first or start) - start, "tokens": tokens,
+            "tpot": (last - first) / (tokens - 1) if first and tokens > 1 else None, "end": time.perf_counter()}
+
+
+def random_prompts(n: int, length: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(1, 4000) for _ in range(length)] for _ in range(n)]
+
+
+def scheduler_only(checkpoint: Path, clients: int, max_tokens: int, prompt_len: int) -> float:
+    """Output tokens/s of `clients` requests stepped together by the scheduler itself, in this process."""
+    model, _, _ = load_model(checkpoint)
+    scheduler = Scheduler(model, max_slots=16)
+    for prompt in random_prompts(clients, prompt_len, clients):
+        scheduler.submit(Job(prompt, max_tokens, GREEDY, lambda _: None))
+    start = time.perf_counter()
+    with torch.inference_mode():
+        while scheduler.waiting or scheduler.prefilling or scheduler.running:
+            scheduler.admit()
+            scheduler.step()
+    return round(scheduler.metrics.generation_tokens / (time.perf_counter() - start), 1)
+
+
+async def load(url: str, clients: int, requests: int, max_tokens: int, prompt_len: int) -> dict:
+    prompts = random_prompts(requests, prompt_len, clients)
+
+    async def client_loop(client: httpx.AsyncClient, mine: list[list[int]]) -> list[dict]:
+        return [await one_stream(client, url, prompt, max_tokens) for prompt in mine]
+
+    limits = httpx.Limits(max_connections=clients + 4)
+    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+        await one_stream(client, url, prompts[0], 4)  # warm-up
+        start = time.perf_counter()
+        results = await asyncio.gather(*(client_loop(client, prompts[i::clients]) for i in range(clients)))
+    runs = [r for per in results for r in per]
+    wall = max(r["end"] for r in runs) - start
+    ttft = sorted(r["ttft"] for r in runs)
+    tpot = sorted(r["tpot"] for r in runs if r["tpot"] is not None)
+    return {"clients": clients, "requests": len(runs), "output_tokens": sum(r["tokens"] for r in runs),
+            "wall_s": round(wall, 3), "output_tokens_per_s": round(sum(r["tokens"] for r in runs) / wall, 1),
+            "ttft_p50_ms": round(1000 * percentile(ttft, 50), 2), "ttft_p99_ms": round(1000 * percentile(ttft, 99), 2),
+            "tpot_p50_ms": round(1000 * percentile(tpot, 50), 2), "tpot_p99_ms": round(1000 * percentile(tpot, 99), 2)}
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    return statistics.quantiles(sorted_values, n=100, method="inclusive")[min(98, max(0, int(q) - 1))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of the server (default 2)")
+    parser.add_argument("--requests-per-client", type=int, default=2, help="(a level runs at least 8 requests)")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--prompt-tokens", type=int, default=32)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = make_checkpoint(Path(tmp))
+        port = free_port()
+        server = start_server(checkpoint, port, args.threads)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            levels = [asyncio.run(load(url, c, max(8, c * args.requests_per_client), args.max_tokens,
+                                       args.prompt_tokens)) for c in (1, 4, 16)]
+        finally:
+            server.terminate()
+            server.wait(60)
+        torch.set_num_threads(args.threads)
+        alone = {c: scheduler_only(checkpoint, c, args.max_tokens, args.prompt_tokens) for c in (1, 4, 16)}
+    single, sixteen = levels[0]["output_tokens_per_s"], levels[-1]["output_tokens_per_s"]
+    print(json.dumps({
+        "model": "tiny preset (modern, random weights), fp32", "server_threads": args.threads,
+        "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine(),
+        "torch": torch.__version__, "max_tokens": args.max_tokens, "prompt_tokens": args.prompt_tokens,
+        "levels": levels, "throughput_16_vs_1": round(sixteen / single, 2),
+        "scheduler_only": {"output_tokens_per_s": alone, "throughput_16_vs_1": round(alone[16] / alone[1], 2)},
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()

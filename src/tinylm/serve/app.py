@@ -1,0 +1,121 @@
+"""The HTTP routes: OpenAI's /v1 API, health and metrics, and the web chat page at /.
+
+Each generation route turns its request into scheduler jobs (jobs.py), then either collects their
+text into one JSON reply or streams it as Server-Sent Events, `data: {chunk}` lines ending with
+`data: [DONE]`. A client that goes away cancels its jobs: a stream notices when Starlette cancels
+it, a plain request by polling the connection while it waits. The scheduler thread starts with the
+app and, at shutdown, ends only after the requests still running have finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+
+from tinylm.serve.error_handlers import install_error_handlers
+from tinylm.serve.generation import Generation
+from tinylm.serve.jobs import chat_jobs, completion_jobs
+from tinylm.serve.protocol import APIError, ChatCompletionRequest, CompletionRequest
+from tinylm.serve.replies import ChatReply, CompletionReply
+from tinylm.serve.served_model import ServedModel
+
+STATIC = Path(__file__).with_name("static")
+DISCONNECT_POLL_S = 0.25
+
+
+def create_app(served: ServedModel, api_key: str | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if not served.scheduler.thread.is_alive():
+            served.scheduler.start()
+        yield
+        await asyncio.to_thread(served.scheduler.stop)  # drains: running requests finish first
+
+    app = FastAPI(title="tinylm", lifespan=lifespan, docs_url=None, redoc_url=None)
+    started = int(time.time())
+    install_error_handlers(app)
+    guard = [Depends(_bearer_check(api_key))]
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(served.scheduler.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models", dependencies=guard)
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": served.name, "object": "model", "created": started,
+                                            "owned_by": "tinylm", "max_model_len": served.window}]}
+
+    @app.post("/v1/completions", dependencies=guard)
+    async def completions(body: CompletionRequest, request: Request) -> Any:
+        jobs, prompts = completion_jobs(served, body)
+        generation = Generation(served.scheduler, served.tokenizer, jobs, body.stop_strings()).start()
+        reply = CompletionReply(served, body, generation, prompts)
+        return _sse(reply.chunks()) if body.stream else await _unless_gone(reply.whole(), generation, request)
+
+    @app.post("/v1/chat/completions", dependencies=guard)
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
+        jobs, ids = chat_jobs(served, body)
+        generation = Generation(served.scheduler, served.tokenizer, jobs, body.stop_strings()).start()
+        reply = ChatReply(served, body, generation, len(ids))
+        return _sse(reply.chunks()) if body.stream else await _unless_gone(reply.whole(), generation, request)
+
+    @app.get("/")
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def _bearer_check(api_key: str | None):
+    async def check(request: Request) -> None:
+        if api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+            raise APIError(401, "a valid API key is required: send 'Authorization: Bearer <key>'",
+                           code="invalid_api_key", type="authentication_error")
+
+    return check
+
+
+def _sse(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    async def events() -> AsyncIterator[str]:
+        try:
+            async for chunk in chunks:
+                yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
+        except APIError as exc:  # the status line is long gone: the error travels as an event
+            yield f"data: {json.dumps(exc.body())}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def _unless_gone(reply: Coroutine[Any, Any, dict], generation: Generation, request: Request) -> dict:
+    """Await a whole reply, cancelling its jobs if the client disconnects while it waits."""
+    task = asyncio.ensure_future(reply)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                generation.cancel()
+                raise APIError(499, "the client went away")
+    finally:
+        if not task.done():
+            task.cancel()

@@ -1,0 +1,126 @@
+"""The choices of one HTTP request, driven through the scheduler and turned back into text.
+
+A request with several prompts or `n > 1` becomes several scheduler jobs; their events come back
+through one asyncio queue (the scheduler thread hands them over through the loop's mailbox), and
+`deltas()` yields, in arrival order, each choice's new text with the tokens that made it, then its
+ending. Text passes `TextStream` (whole characters only) and `StopStrings` (a stop string is cut and
+ends that choice). Leaving `deltas()` early (a client that went away) cancels every unfinished job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from tinylm.inference.streaming import TextStream
+from tinylm.serve.events import Failed, Finished, PromptLogprobs, Token
+from tinylm.serve.mailbox import Mailbox, mailbox_of
+from tinylm.serve.protocol import APIError
+from tinylm.serve.scheduler import Job, Scheduler
+from tinylm.serve.text import StopStrings
+
+
+@dataclass
+class Delta:
+    """New text of choice `index` and the tokens it came from (each with its offset in the choice's text)."""
+
+    index: int
+    text: str
+    tokens: list[Token] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+@dataclass
+class Choice:
+    index: int
+    job: Job
+    stream: TextStream
+    stops: StopStrings
+    completion_tokens: int = 0
+    chars: int = 0  # characters of text decoded so far (the offset of the next token)
+    tokens: list[Token] = field(default_factory=list)  # waiting to leave with the next text
+    offsets: list[int] = field(default_factory=list)
+    prompt_logprobs: PromptLogprobs | None = None
+    finish_reason: str | None = None
+
+
+class Generation:
+    def __init__(self, scheduler: Scheduler, tokenizer: Any, jobs: list[Job], stops: list[str]) -> None:
+        self.scheduler, self.tokenizer = scheduler, tokenizer
+        self.queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
+        mailbox = mailbox_of(asyncio.get_running_loop())
+        self.choices = []
+        for index, job in enumerate(jobs):
+            job.on_event = _deliver(mailbox, self.queue, index)
+            self.choices.append(Choice(index, job, TextStream(tokenizer), StopStrings(stops)))
+
+    def start(self) -> Generation:
+        try:
+            for choice in self.choices:
+                self.scheduler.submit(choice.job)
+        except (ValueError, RuntimeError) as exc:
+            self.cancel()
+            raise APIError(503 if isinstance(exc, RuntimeError) else 400, str(exc)) from None
+        return self
+
+    def cancel(self) -> None:
+        for choice in self.choices:
+            if choice.finish_reason is None:
+                self.scheduler.cancel(choice.job)
+
+    async def deltas(self) -> AsyncIterator[Delta]:
+        unfinished = len(self.choices)
+        try:
+            while unfinished:
+                index, event = await self.queue.get()
+                choice = self.choices[index]
+                if choice.finish_reason is not None:
+                    continue  # what a stop string's cancel could not stop in time
+                delta = self._apply(choice, event)
+                if delta is not None:
+                    yield delta
+                    if delta.finish_reason is not None:
+                        unfinished -= 1
+        finally:
+            self.cancel()
+
+    def _apply(self, choice: Choice, event: object) -> Delta | None:
+        if isinstance(event, PromptLogprobs):
+            choice.prompt_logprobs = event
+            return None
+        if isinstance(event, Failed):
+            raise APIError(500, f"generation failed: {event.message}", type="server_error")
+        if isinstance(event, Finished):
+            choice.finish_reason = "length" if event.reason == "length" else "stop"
+            text = choice.stops.push(choice.stream.flush()) + choice.stops.flush()
+            return self._take(choice, text, choice.finish_reason)
+        assert isinstance(event, Token)
+        choice.completion_tokens += 1
+        choice.tokens.append(event)
+        choice.offsets.append(choice.chars)
+        if event.stop:
+            return None  # no text; the ending that follows carries it out with the log-probs
+        piece = choice.stream.push(event.id)
+        choice.chars += len(piece)
+        text = choice.stops.push(piece)
+        if choice.stops.stopped:
+            choice.finish_reason = "stop"
+            self.scheduler.cancel(choice.job, "stop")
+            return self._take(choice, text, "stop")
+        return self._take(choice, text, None) if text else None
+
+    @staticmethod
+    def _take(choice: Choice, text: str, finish_reason: str | None) -> Delta:
+        delta = Delta(choice.index, text, choice.tokens, choice.offsets, finish_reason)
+        choice.tokens, choice.offsets = [], []
+        return delta
+
+
+def _deliver(mailbox: Mailbox, queue: asyncio.Queue, index: int):
+    def on_event(event: object) -> None:
+        mailbox.post(queue, (index, event))
+
+    return on_event

@@ -1,0 +1,89 @@
+"""From a validated request to scheduler jobs: the checks only the model can make, then one job per choice.
+
+A completion may carry several prompts (text or token ids) and each may be sampled `n` times; OpenAI
+numbers prompt p's j-th sample as choice p * n + j, and choice j of a seeded request uses seed + j,
+so the samples differ from each other and repeat exactly with the same seed.
+"""
+
+from __future__ import annotations
+
+from tinylm.errors import TinyLMError
+from tinylm.inference.sampling import SamplingParams
+from tinylm.serve.protocol import APIError, ChatCompletionRequest, CompletionRequest, Sampling
+from tinylm.serve.scheduler import Job
+from tinylm.serve.served_model import ServedModel
+
+DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions; chat defaults to the room left
+
+
+def check_model(served: ServedModel, name: str) -> None:
+    if name != served.name:
+        raise APIError(404, f"the model {name!r} does not exist; this server serves {served.name!r}", "model",
+                       "model_not_found")
+
+
+def completion_jobs(served: ServedModel, body: CompletionRequest) -> tuple[list[Job], list[list[int]]]:
+    """The jobs of a completion request and each choice's prompt ids."""
+    check_model(served, body.model)
+    prompts = [ids for ids in prompt_ids(served, body.prompt) for _ in range(body.n)]
+    max_tokens = DEFAULT_COMPLETION_TOKENS if body.max_tokens is None else body.max_tokens
+    eot = served.tokenizer.eot_id
+    stops = frozenset(() if eot is None else (eot,))
+    jobs = [_job(body, ids, max_tokens, index % body.n, stops, body.logprobs,
+                 prompt_logprobs=body.echo and body.logprobs is not None) for index, ids in enumerate(prompts)]
+    return jobs, prompts
+
+
+def chat_jobs(served: ServedModel, body: ChatCompletionRequest) -> tuple[list[Job], list[int]]:
+    """The `n` jobs of a chat request and the rendered conversation's ids."""
+    check_model(served, body.model)
+    if served.chat_format is None:
+        raise APIError(400, f"this model cannot chat: {served.chat_problem}", "messages")
+    if not body.messages:
+        raise APIError(400, "messages must hold at least one message", "messages")
+    try:
+        ids = served.chat_format.prompt_ids([m.model_dump() for m in body.messages])
+    except TinyLMError as exc:
+        raise APIError(400, str(exc), "messages") from None
+    check_length(served, ids, "messages")
+    limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    stops = frozenset(served.chat_format.stop_ids)
+    return [_job(body, ids, served.window if limit is None else limit, j, stops, logprobs)
+            for j in range(body.n)], ids
+
+
+def check_length(served: ServedModel, ids: list[int], param: str) -> None:
+    if len(ids) > served.window:
+        raise APIError(400, f"the prompt has {len(ids)} tokens, more than the model's window of {served.window}",
+                       param, "context_length_exceeded")
+
+
+def prompt_ids(served: ServedModel, prompt: str | list[str] | list[int] | list[list[int]]) -> list[list[int]]:
+    """Each prompt as token ids (text is encoded; an empty prompt starts from end-of-text)."""
+    if isinstance(prompt, str):
+        prompts: list = [prompt]
+    elif prompt and all(isinstance(p, int) for p in prompt):
+        prompts = [prompt]
+    else:
+        prompts = list(prompt)
+    if not prompts:
+        raise APIError(400, "prompt must not be an empty list", "prompt")
+    out = []
+    for p in prompts:
+        ids = served.tokenizer.encode(p) if isinstance(p, str) else list(p)
+        if any(not 0 <= i < served.vocab_size for i in ids):
+            raise APIError(400, f"prompt token ids must be in [0, {served.vocab_size})", "prompt")
+        ids = ids or [served.tokenizer.eot_id]
+        check_length(served, ids, "prompt")
+        out.append(ids)
+    return out
+
+
+def _job(body: Sampling, ids: list[int], max_tokens: int, sample: int, stop_ids: frozenset[int],
+         logprobs: int | None, prompt_logprobs: bool = False) -> Job:
+    sampling = SamplingParams(temperature=body.temperature, top_k=body.top_k if body.top_k and body.top_k > 0 else None,
+                              top_p=body.top_p if body.top_p < 1 else None, min_p=body.min_p or None)
+    return Job(ids, max_tokens, sampling, on_event=lambda _: None,
+               seed=None if body.seed is None else body.seed + sample, stop_ids=stop_ids,
+               logprobs=logprobs, prompt_logprobs=prompt_logprobs)

@@ -1,0 +1,251 @@
+"""Continuous batching: one thread owns the model and advances every request one step at a time.
+
+Each step of the loop:
+
+1. admit waiting requests while slots are free (a slot = a row of the batch);
+2. prefill: compute up to `prefill_budget` prompt tokens of the requests being admitted, in chunks,
+   so a long prompt costs the running streams one chunk of latency per step, never the whole prompt;
+   a finished prompt samples its first token and joins the batch;
+3. decode: one batched forward pass gives every running row its next token;
+4. rows that stopped (a stop token, their token limit, the window, a cancel) leave at once, so
+   their slot is free for the next step.
+
+Requests talk to the loop only through `submit` / `cancel` and the events they receive (events.py),
+delivered by a callback the handler supplies (it forwards them into its asyncio queue). Every
+request samples from its own seeded generator, so what it gets never depends on its neighbours.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from tinylm.inference.sampling import SamplingParams, sample
+from tinylm.serve.events import Event, Failed, Finished, PromptLogprobs, Token
+from tinylm.serve.metrics import ServerMetrics
+from tinylm.serve.slots import Prefill, make_batch
+
+
+@dataclass(eq=False)
+class Job:
+    """One generation as the scheduler sees it (token ids in, events out)."""
+
+    prompt: list[int]
+    max_tokens: int
+    sampling: SamplingParams
+    on_event: Callable[[Event], None]
+    seed: int | None = None
+    stop_ids: frozenset[int] = frozenset()
+    logprobs: int | None = None  # None: none; k: the chosen token's log-prob and the k most likely
+    prompt_logprobs: bool = False
+    # the loop's bookkeeping
+    arrived: float = field(default_factory=time.perf_counter)
+    cancel_reason: str | None = None
+    generated: int = 0
+    pending: int = 0  # the newest token, fed at the next decode step
+    last_token_at: float = 0.0
+    prefill: Prefill | None = None
+    generator: torch.Generator | None = None
+
+
+class Scheduler:
+    def __init__(self, model: nn.Module, max_slots: int = 16, prefill_budget: int = 64,
+                 metrics: ServerMetrics | None = None) -> None:
+        self.model = model.eval()
+        self.window = model.config.context_length
+        self.max_slots, self.prefill_budget = max_slots, prefill_budget
+        self.metrics = metrics or ServerMetrics()
+        self.device = next(model.parameters()).device
+        self.batch = make_batch(model, max_slots)
+        self.waiting: deque[Job] = deque()
+        self.prefilling: list[Job] = []
+        self.running: list[Job] = []  # running[i] is in row i of the batch
+        self.wake = threading.Condition()
+        self.stopping = False
+        self.thread = threading.Thread(target=self._loop, name="tinylm-scheduler", daemon=True)
+
+    # ---- the handlers' side ---------------------------------------------------------------------------
+    def start(self) -> Scheduler:
+        self.thread.start()
+        return self
+
+    def submit(self, job: Job) -> Job:
+        if not 1 <= len(job.prompt) <= self.window:
+            raise ValueError(f"a prompt has 1 to {self.window} tokens, got {len(job.prompt)}")
+        job.max_tokens = min(job.max_tokens, self.window - len(job.prompt))
+        with self.wake:
+            if self.stopping:
+                raise RuntimeError("the server is shutting down")
+            self.waiting.append(job)
+            self._count_queues()
+            self.wake.notify()
+        return job
+
+    def cancel(self, job: Job, reason: str = "cancelled") -> None:
+        """Take `job` out at the next step (a client went away, or a stop string ended it)."""
+        with self.wake:
+            if job.cancel_reason is None:
+                job.cancel_reason = reason
+            self.wake.notify()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finish what is running (new requests are refused), then end the thread."""
+        with self.wake:
+            self.stopping = True
+            self.wake.notify()
+        if self.thread.is_alive():
+            self.thread.join(timeout)
+
+    # ---- the loop -------------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        with torch.inference_mode():
+            while True:
+                with self.wake:
+                    while not (self.waiting or self.prefilling or self.running or self.stopping):
+                        self.wake.wait()
+                    if self.stopping and not (self.waiting or self.prefilling or self.running):
+                        return
+                try:
+                    with self.wake:
+                        self.admit()
+                    self.step()
+                except Exception as exc:  # noqa: BLE001 - one bad step must not take the server down
+                    self._fail_everyone(f"{type(exc).__name__}: {exc}")
+
+    def admit(self) -> None:
+        while self.waiting and len(self.running) + len(self.prefilling) < self.max_slots:
+            job = self.waiting.popleft()
+            job.prefill = Prefill(job.prompt, keep_all_logits=job.prompt_logprobs)
+            job.generator = torch.Generator(device=self.device)
+            job.generator.manual_seed(job.seed if job.seed is not None else secrets.randbits(63))
+            self.prefilling.append(job)
+        self._count_queues()
+
+    def step(self) -> None:
+        """One round: drop the cancelled, spend the prefill budget, decode every running row once."""
+        self._drop_cancelled()
+        budget = self.prefill_budget
+        for job in list(self.prefilling):
+            if budget <= 0:
+                break
+            budget -= self.batch.prefill(job.prefill, budget)
+            if job.prefill.finished:
+                self.prefilling.remove(job)
+                self._prompt_done(job)
+        if self.running:
+            tokens = torch.tensor([job.pending for job in self.running], dtype=torch.long, device=self.device)
+            logits = self.batch.decode(tokens)
+            self._emit_tokens(self.running, logits)
+        self._count_queues()
+
+    def _prompt_done(self, job: Job) -> None:
+        prefill = job.prefill
+        with self.metrics.lock:
+            self.metrics.prompt_tokens += len(job.prompt)
+        if job.prompt_logprobs:
+            job.on_event(_prompt_logprobs(prefill.all_logits(), job.prompt, job.logprobs or 0))
+        if job.max_tokens <= 0:
+            self._finish(job, "length")
+            return
+        logits = prefill.last_logits()[None]
+        row = self.batch.join(prefill)
+        job.prefill = None
+        assert row == len(self.running)
+        self.running.append(job)
+        self._emit_tokens([job], logits)
+
+    def _emit_tokens(self, jobs: list[Job], logits: torch.Tensor) -> None:
+        """Sample each job's next token from its row of `logits`, tell it, and retire the finished."""
+        tokens = logits.argmax(dim=-1)
+        for i, job in enumerate(jobs):
+            if not job.sampling.greedy:
+                tokens[i] = sample(logits[i : i + 1], job.sampling, job.generator)[0]
+        logprobs = torch.log_softmax(logits, dim=-1) if any(j.logprobs is not None for j in jobs) else None
+        now = time.perf_counter()
+        ended = []
+        for i, (job, token) in enumerate(zip(jobs, tokens.tolist(), strict=True)):
+            self._record_timing(job, now)
+            job.generated += 1
+            job.pending = token
+            stop = token in job.stop_ids
+            job.on_event(_token_event(token, None if job.logprobs is None else logprobs[i], job.logprobs, stop))
+            if stop or job.generated >= job.max_tokens:
+                ended.append((job, "stop" if stop else "length"))
+        for job, reason in ended:
+            self._retire(job, reason)
+
+    def _record_timing(self, job: Job, now: float) -> None:
+        with self.metrics.lock:
+            if job.generated == 0:
+                self.metrics.time_to_first_token.observe(now - job.arrived)
+            else:
+                self.metrics.time_per_output_token.observe(now - job.last_token_at)
+            self.metrics.generation_tokens += 1
+        job.last_token_at = now
+
+    def _retire(self, job: Job, reason: str) -> None:
+        """Free the job's row (the last row moves into it) and send its ending."""
+        row = self.running.index(job)
+        self.batch.leave(row)
+        last = self.running.pop()
+        if row < len(self.running):
+            self.running[row] = last
+        self._finish(job, reason)
+
+    def _finish(self, job: Job, reason: str) -> None:
+        with self.metrics.lock:
+            self.metrics.finished[reason] += 1
+        job.on_event(Finished(reason))
+
+    def _drop_cancelled(self) -> None:
+        with self.wake:
+            for job in [j for j in self.waiting if j.cancel_reason]:
+                self.waiting.remove(job)
+                self._finish(job, job.cancel_reason)
+        for job in [j for j in self.prefilling if j.cancel_reason]:
+            self.prefilling.remove(job)
+            self._finish(job, job.cancel_reason)
+        for job in [j for j in self.running if j.cancel_reason]:
+            self._retire(job, job.cancel_reason)
+
+    def _fail_everyone(self, message: str) -> None:
+        for job in [*self.prefilling, *self.running]:
+            with self.metrics.lock:
+                self.metrics.finished["failed"] += 1
+            job.on_event(Failed(message))
+        self.prefilling, self.running = [], []
+        self.batch = make_batch(self.model, self.max_slots)
+        self._count_queues()
+
+    def _count_queues(self) -> None:
+        with self.metrics.lock:
+            self.metrics.running = len(self.running) + len(self.prefilling)
+            self.metrics.waiting = len(self.waiting)
+
+
+def _top(logprobs: torch.Tensor, k: int) -> tuple[tuple[int, float], ...]:
+    if k <= 0:
+        return ()
+    values, ids = torch.topk(logprobs, min(k, logprobs.shape[-1]))
+    return tuple(zip(ids.tolist(), values.tolist(), strict=True))
+
+
+def _token_event(token: int, logprobs: torch.Tensor | None, k: int | None, stop: bool) -> Token:
+    if logprobs is None:
+        return Token(token, stop=stop)
+    return Token(token, float(logprobs[token]), _top(logprobs, k or 0), stop)
+
+
+def _prompt_logprobs(logits: torch.Tensor, prompt: list[int], k: int) -> PromptLogprobs:
+    """Position i's logits predict prompt[i + 1]: the log-probs of prompt[1:] and the top-k at each."""
+    logprobs = torch.log_softmax(logits[:-1], dim=-1)
+    targets = torch.tensor(prompt[1:], dtype=torch.long, device=logits.device)
+    chosen = logprobs.gather(1, targets[:, None])[:, 0].tolist() if len(prompt) > 1 else []
+    return PromptLogprobs(tuple(chosen), tuple(_top(row, k) for row in logprobs))

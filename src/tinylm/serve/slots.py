@@ -1,0 +1,135 @@
+"""The running batch: requests in rows of one forward pass, each with its own length, joining and leaving.
+
+Two kinds share one interface, so the scheduler never asks which model it drives:
+
+- `CachedBatch` (modern models): a prompt is prefilled alone, chunk by chunk, into its own small
+  cache; when done it is copied into a free row of the shared `SlotCache`, and from then on each
+  decode step feeds every row's newest token in one batched forward pass.
+- `RecomputeBatch` (the classic model has no KV cache): each decode step re-reads every row's whole
+  context, left-padded to the longest, in one batched forward pass.
+
+A prompt computed alone and a row whose padding is masked give each request the tokens it would get
+running alone (batch invariance), whatever else is in the batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from tinylm.models.modern.kv_cache import KVCache
+from tinylm.serve.slot_cache import SlotCache
+
+
+@dataclass
+class Prefill:
+    """A prompt on its way into the batch: `done` of its tokens are computed so far."""
+
+    ids: list[int]
+    keep_all_logits: bool = False  # echo + logprobs: the logits at every prompt position are needed
+    done: int = 0
+    cache: KVCache | None = None
+    logits: list[torch.Tensor] = field(default_factory=list)  # [T, vocab] chunks (or just the last row)
+
+    @property
+    def finished(self) -> bool:
+        return self.done == len(self.ids)
+
+    def keep(self, hidden: torch.Tensor, lm_head: nn.Module) -> None:
+        """Keep the logits of this chunk's hidden states [T, n_embed]: all of them, or only the newest."""
+        if not self.keep_all_logits:
+            self.logits.clear()
+            hidden = hidden[-1:]
+        self.logits.append(lm_head(hidden).float())
+
+    def last_logits(self) -> torch.Tensor:
+        return self.logits[-1][-1]
+
+    def all_logits(self) -> torch.Tensor:
+        return torch.cat(self.logits)
+
+
+class CachedBatch:
+    def __init__(self, model: nn.Module, max_rows: int) -> None:
+        self.model = model
+        self.window = model.config.context_length
+        self.cache = SlotCache(model, max_rows, 2 * self.window)
+        self.device = next(model.parameters()).device
+
+    @property
+    def rows(self) -> int:
+        return self.cache.rows
+
+    def prefill(self, job: Prefill, budget: int) -> int:
+        """Compute up to `budget` more prompt tokens of `job` alone; how many were computed."""
+        if job.cache is None:
+            job.cache = self.model.new_cache(1, len(job.ids))
+        chunk = job.ids[job.done : job.done + max(1, budget)]
+        idx = torch.tensor([chunk], dtype=torch.long, device=self.device)
+        job.keep(self.model.forward_hidden(idx, job.cache)[0], self.model.lm_head)
+        job.done += len(chunk)
+        return len(chunk)
+
+    def join(self, job: Prefill) -> int:
+        row = self.cache.join(job.cache, len(job.ids))
+        job.cache = None
+        return row
+
+    def decode(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed each row's newest token [rows]; next-token logits [rows, vocab]."""
+        self.cache.make_room(1)
+        hidden = self.model.forward_hidden(tokens[:, None], self.cache, self.cache.positions())
+        return self.model.lm_head(hidden[:, -1]).float()
+
+    def leave(self, row: int) -> None:
+        self.cache.leave(row)
+
+
+class RecomputeBatch:
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.window = model.config.context_length
+        self.device = next(model.parameters()).device
+        self.contexts: list[list[int]] = []
+
+    @property
+    def rows(self) -> int:
+        return len(self.contexts)
+
+    def prefill(self, job: Prefill, budget: int) -> int:
+        """The whole prompt in one pass (without a cache there is nothing to carry between chunks)."""
+        idx = torch.tensor([job.ids], dtype=torch.long, device=self.device)
+        job.keep(self.model.forward_hidden(idx)[0], self.model.lm_head)
+        job.done = len(job.ids)
+        return job.done
+
+    def join(self, job: Prefill) -> int:
+        self.contexts.append(list(job.ids))
+        return len(self.contexts) - 1
+
+    def decode(self, tokens: torch.Tensor) -> torch.Tensor:
+        for context, token in zip(self.contexts, tokens.tolist(), strict=True):
+            context.append(int(token))
+        longest = max(len(c) for c in self.contexts)
+        idx = torch.zeros(self.rows, longest, dtype=torch.long, device=self.device)
+        positions = torch.zeros_like(idx)
+        valid = torch.zeros(self.rows, longest, dtype=torch.bool, device=self.device)
+        for i, context in enumerate(self.contexts):
+            pad = longest - len(context)
+            idx[i, pad:] = torch.tensor(context, device=self.device)
+            positions[i, pad:] = torch.arange(len(context), device=self.device)
+            valid[i, pad:] = True
+        hidden = self.model.forward_hidden(idx, positions=positions, valid=valid)
+        return self.model.lm_head(hidden[:, -1]).float()
+
+    def leave(self, row: int) -> None:
+        last = self.contexts.pop()
+        if row < len(self.contexts):
+            self.contexts[row] = last
+
+
+def make_batch(model: nn.Module, max_rows: int) -> CachedBatch | RecomputeBatch:
+    """The cached batch where the model has a KV cache, recomputation otherwise (the classic model)."""
+    return CachedBatch(model, max_rows) if hasattr(model, "new_cache") else RecomputeBatch(model)

@@ -1,0 +1,148 @@
+// The tinylm chat page: keeps the conversation in the page, streams each reply from
+// /v1/chat/completions (Server-Sent Events) and cancels it with the Stop button (the server
+// frees the request's slot as soon as the connection closes). No libraries, works offline.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const conversation = [];
+let modelName = null;
+let controller = null;
+
+function headers() {
+  const h = { "Content-Type": "application/json" };
+  const key = $("api_key").value.trim();
+  if (key) h.Authorization = "Bearer " + key;
+  return h;
+}
+
+function addMessage(role, text) {
+  const div = document.createElement("div");
+  div.className = "message " + role;
+  const label = document.createElement("span");
+  label.className = "role";
+  label.textContent = role;
+  const body = document.createElement("span");
+  body.className = "text";
+  body.textContent = text;
+  div.append(label, body);
+  $("log").append(div);
+  $("log").scrollTop = $("log").scrollHeight;
+  return div;
+}
+
+async function loadModel() {
+  try {
+    const reply = await fetch("/v1/models", { headers: headers() });
+    const body = await reply.json();
+    if (!reply.ok) throw new Error(body.error ? body.error.message : reply.statusText);
+    modelName = body.data[0].id;
+    $("model").textContent = modelName + " · window " + body.data[0].max_model_len + " tokens";
+  } catch (err) {
+    $("status").textContent = "cannot list models: " + err.message;
+  }
+}
+
+function requestBody() {
+  const messages = [];
+  const system = $("system").value.trim();
+  if (system) messages.push({ role: "system", content: system });
+  messages.push(...conversation);
+  const body = {
+    model: modelName, messages, stream: true,
+    temperature: Number($("temperature").value), top_p: Number($("top_p").value),
+    max_tokens: Number($("max_tokens").value),
+  };
+  const topK = Number($("top_k").value);
+  if (topK > 0) body.top_k = topK;
+  return body;
+}
+
+// Read an SSE stream and call onData with each event's parsed JSON, until [DONE].
+async function readEvents(response, onData) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder("utf-8");  // stream: true keeps a split character for the next read
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const event = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      if (!event.startsWith("data: ")) continue;
+      const data = event.slice(6);
+      if (data === "[DONE]") return;
+      onData(JSON.parse(data));
+    }
+  }
+}
+
+function setBusy(busy) {
+  $("send").disabled = busy;
+  $("stop").disabled = !busy;
+}
+
+async function send(text) {
+  if (!modelName) await loadModel();
+  conversation.push({ role: "user", content: text });
+  addMessage("user", text);
+  const bubble = addMessage("assistant", "");
+  const out = bubble.querySelector(".text");
+  controller = new AbortController();
+  setBusy(true);
+  $("status").textContent = "generating…";
+  let reply = "";
+  try {
+    const response = await fetch("/v1/chat/completions", {
+      method: "POST", headers: headers(), body: JSON.stringify(requestBody()), signal: controller.signal,
+    });
+    if (!response.ok) {
+      const body = await response.json();
+      throw new Error(body.error ? body.error.message : response.statusText);
+    }
+    await readEvents(response, (chunk) => {
+      if (chunk.error) throw new Error(chunk.error.message);
+      for (const choice of chunk.choices) {
+        if (choice.delta && choice.delta.content) {
+          reply += choice.delta.content;
+          out.textContent = reply;
+          $("log").scrollTop = $("log").scrollHeight;
+        }
+        if (choice.finish_reason) $("status").textContent = "finished: " + choice.finish_reason;
+      }
+    });
+  } catch (err) {
+    if (err.name === "AbortError") {
+      bubble.classList.add("stopped");
+      $("status").textContent = "stopped";
+    } else {
+      $("status").textContent = "error: " + err.message;
+    }
+  } finally {
+    conversation.push({ role: "assistant", content: reply });
+    controller = null;
+    setBusy(false);
+  }
+}
+
+$("form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const text = $("input").value;
+  if (!text.trim() || controller) return;
+  $("input").value = "";
+  send(text);
+});
+$("input").addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey) {
+    event.preventDefault();
+    $("form").requestSubmit();
+  }
+});
+$("stop").addEventListener("click", () => { if (controller) controller.abort(); });
+$("clear").addEventListener("click", () => {
+  conversation.length = 0;
+  $("log").textContent = "";
+  $("status").textContent = "";
+});
+loadModel();
