@@ -245,7 +245,7 @@ def refuse_writes(monkeypatch: pytest.MonkeyPatch, where: str, out: Path) -> Non
 
         monkeypatch.setattr(safetensors.torch, "save_file", save_file)
     elif where == "tokenizer":
-        def write_hf_tokenizer(source, folder, context_length) -> int:
+        def write_hf_tokenizer(source, folder, context_length, chat_template=None) -> int:
             (Path(folder) / "tokenizer.json").write_text("{half")
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(folder) / "tokenizer.json"))
 

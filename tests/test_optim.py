@@ -43,7 +43,7 @@ def test_roles_classic() -> None:
     assert names(split.embeddings) == {"token_embed.weight", "pos_embed.weight"}
     assert names(split.head) == {"lm_head.weight"}  # untied: its own matrix
     assert all(p.ndim == 1 for _, p in split.vectors)
-    assert "lm_head.bias" in names(split.vectors) and "ln_f.weight" in names(split.vectors)
+    assert "ln_f.weight" in names(split.vectors) and "blocks.0.mlp.hidden.bias" in names(split.vectors)
     assert all(p.ndim == 2 for _, p in split.matrices)
 
 
