@@ -7,6 +7,7 @@ Llama (MHA/GQA/MQA), Mistral (+ sliding window), Qwen3 (QK-norm), Qwen2-MoE / Qw
   tinylm export --checkpoint runs/tiny-modern --out hf/tiny
   tinylm export --checkpoint runs/tiny-modern-sft --out hf/chat     with its chat template
   tinylm export --checkpoint runs/lora-sft --out hf/lora            the base + hf/lora/adapter (PEFT)
+  tinylm export --checkpoint runs/tiny-reward --out hf/rm           a reward model: *ForSequenceClassification
   python -c "from transformers import AutoModelForCausalLM; AutoModelForCausalLM.from_pretrained('hf/tiny')"
 """
 
@@ -29,9 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tinylm.checkpoint import read_checkpoint_config, resolve_checkpoint
     from tinylm.interop.hf_export import export_checkpoint
+    from tinylm.interop.hf_reward_export import export_reward_checkpoint
 
-    out, architecture = export_checkpoint(args.checkpoint, args.out, args.dtype, merge=args.merge)
+    if read_checkpoint_config(resolve_checkpoint(args.checkpoint)).get("reward_head") == "score":
+        out, architecture = export_reward_checkpoint(args.checkpoint, args.out)  # a sequence-classification model
+    else:
+        out, architecture = export_checkpoint(args.checkpoint, args.out, args.dtype, merge=args.merge)
     print(f"exported {args.checkpoint} as {architecture} to {out}", file=sys.stderr)
     print(out)
     return 0

@@ -1,0 +1,77 @@
+"""Options and the closing summary shared by `tinylm dpo` and `tinylm reward`: base, pairs, LoRA, engine."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+def add_pair_arguments(parser: argparse.ArgumentParser, d: dict[str, Any], stage: str) -> None:
+    """--base, --data and the held-out options; then LoRA and the engine's options."""
+    from tinylm.commands.sft import add_lora_arguments
+    from tinylm.commands.train import add_engine_arguments
+
+    g = parser.add_argument_group("base and pairs")
+    g.add_argument("--base", required=True, metavar="RUN", help="checkpoint or run folder to tune (usually SFT)")
+    g.add_argument("--data", default=d["data"], metavar="SPEC",
+                   help="builtin:arith, builtin:docstring, FILE.jsonl of pairs or hf:NAME (default %(default)s)")
+    g.add_argument("--eval-data", default=None, metavar="SPEC",
+                   help="held-out pairs (default: the task's test split, or a share of --data)")
+    g.add_argument("--dev-fraction", type=float, default=d["dev_fraction"],
+                   help="share of a file's pairs held out (default %(default)s)")
+    g.add_argument("--train-examples", type=int, default=d["train_examples"],
+                   help="problems turned into pairs for a built-in task (default %(default)s)")
+    g.add_argument("--eval-examples", type=int, default=d["eval_examples"],
+                   help="held-out problems for a built-in task (default %(default)s)")
+    g.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"],
+                   help="reply length limit when scoring exact-match (default %(default)s)")
+    g.add_argument("--on-error", default=d["on_error"], choices=("stop", "skip"),
+                   help="a malformed row: stop with FILE:LINE, or skip and count it (default %(default)s)")
+    g.add_argument("--out", default=None, metavar="DIR", help=f"run folder (default runs/<base run>-{stage})")
+    g.add_argument("--seed", type=int, default=d["seed"])
+    add_lora_arguments(parser, d)
+    add_engine_arguments(parser, d)
+
+
+def first_evaluation(run_dir: str) -> dict[str, float]:
+    """The step-0 evaluation the run logged (the starting model's scores)."""
+    from tinylm.train.metrics import read_metrics
+
+    for row in read_metrics(run_dir):
+        if row.get("step") == 0:
+            return {k: v for k, v in row.items() if isinstance(v, float)}
+    return {}
+
+
+def print_summary(summary: Any, shown: tuple[tuple[str, str, str], ...]) -> None:
+    """One `done:` line with each (key, label, format) as before -> after, then where things are."""
+    before, after = first_evaluation(summary.run_dir), summary.evaluation
+    parts = [f"step {summary.steps}"]
+    if summary.final_loss is not None:
+        parts.append(f"train loss {summary.final_loss:.4f}")
+    for key, label, fmt in shown:
+        if key in after:
+            was = f"{fmt.format(before[key])} -> " if key in before else ""
+            parts.append(f"{label} {was}{fmt.format(after[key])}")
+    print("done: " + ", ".join(parts))
+    if summary.checkpoint:
+        print(f"checkpoint: {summary.checkpoint}")
+        print(f"loss plot: {os.path.join(summary.run_dir, 'loss.png')}")
+    if summary.sample:
+        print("held-out samples:\n" + summary.sample)
+    sys.stdout.flush()
+
+
+def run_stage(args: argparse.Namespace, config: Any, stage: Any, defaults: dict[str, Any],
+              shown: tuple[tuple[str, str, str], ...]) -> int:
+    from tinylm.commands.train import explicit_options, resumed_config
+    from tinylm.train.loop import run_training
+
+    if config.resume is not None:
+        config = resumed_config(config, explicit_options(args, defaults), stage.run_name(config))
+    summary = run_training(config, stage=stage)
+    if int(os.environ.get("RANK", "0")) == 0:
+        print_summary(summary, shown)
+    return {"nan": 1, "interrupted": 130}.get(summary.stopped, 0)

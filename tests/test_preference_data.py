@@ -1,0 +1,115 @@
+"""Preference data: every file layout, bad rows as FILE:LINE, built-in pairs that the verifier proves, and
+left truncation of the shared prompt that keeps both answers whole."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tinylm.errors import TinyLMError
+from tinylm.posttrain.pair_rows import encode_pairs
+from tinylm.posttrain.preference_data import PreferenceRow, load_preferences, row_from_json
+from tinylm.tasks.preference_pairs import preference_pairs
+from tinylm.tasks.registry import get_task
+
+USER = {"role": "user", "content": "What is 2 + 2?"}
+
+
+def _write(path: Path, rows: list[Any]) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("row", "prompt"), [
+    ({"prompt": "What is 2 + 2?", "chosen": "4", "rejected": "5"}, [USER]),
+    ({"prompt": [USER], "chosen": [{"role": "assistant", "content": "4"}],
+      "rejected": [{"role": "assistant", "content": "5"}]}, [USER]),
+    ({"prompt": "What is 2 + 2?", "chosen": [USER, {"role": "assistant", "content": "4"}],  # UltraFeedback
+      "rejected": [USER, {"role": "assistant", "content": "5"}]}, [USER]),
+    ({"chosen": "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: What is 2 + 2?\n\nAssistant: 4",  # HH-RLHF
+      "rejected": "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: What is 2 + 2?\n\nAssistant: 5"},
+     [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}, USER]),
+], ids=["text", "messages", "ultrafeedback", "hh_rlhf"])
+def test_every_paired_layout_gives_the_same_shape(row: dict[str, Any], prompt: list[dict[str, str]]) -> None:
+    parsed = row_from_json(row)
+    assert parsed == PreferenceRow(tuple(prompt), "4", "5") and parsed.paired
+
+
+def test_unpaired_rows_keep_one_side() -> None:
+    good = row_from_json({"prompt": "What is 2 + 2?", "completion": "4", "label": True})
+    bad = row_from_json({"prompt": "What is 2 + 2?", "completion": "5", "label": False})
+    assert (good.chosen, good.rejected, bad.chosen, bad.rejected) == ("4", None, None, "5")
+    assert not good.paired
+
+
+@pytest.mark.parametrize(("row", "reason"), [
+    ({"prompt": "q", "chosen": "", "rejected": "5"}, "the chosen answer is empty"),
+    ({"prompt": "q", "chosen": "4", "rejected": "  "}, "the rejected answer is empty"),
+    ({"prompt": "q", "chosen": "4", "rejected": "4"}, "chosen and rejected are identical"),
+    ({"prompt": "q", "chosen": [{"role": "user", "content": "x"}], "rejected": "5"}, "no assistant message"),
+    ({"chosen": "\n\nHuman: a\n\nAssistant: 4", "rejected": "\n\nHuman: b\n\nAssistant: 5"}, "share the same prompt"),
+    ({"prompt": "q", "completion": "4", "label": "yes"}, "'label' must be true"),
+    ({"text": "hello"}, "unknown row shape"),
+])
+def test_bad_rows_stop_with_file_and_line(tmp_path: Path, row: dict[str, Any], reason: str) -> None:
+    data = _write(tmp_path / "pairs.jsonl", [{"prompt": "q", "chosen": "a", "rejected": "b"}, row])
+    with pytest.raises(TinyLMError, match=f"pairs.jsonl:2: .*{reason}"):
+        load_preferences(str(data))
+    skipped = load_preferences(str(data), on_error="skip")
+    assert len(skipped) == 1 and skipped.skipped[0].startswith(f"{data}:2: ")
+
+
+def test_builtin_pairs_are_verified_deterministic_and_respect_the_split() -> None:
+    spec = "builtin:arith?digits=2"
+    task = get_task(spec)
+    train = preference_pairs(spec, "train", 300, seed=5)
+    assert train == preference_pairs(spec, "train", 300, seed=5)
+    assert train != preference_pairs(spec, "train", 300, seed=6)
+    for pair in train:
+        assert task.verify(pair.chosen, pair.example) and not task.verify(pair.rejected, pair.example)
+    assert {p.mistake for p in train} == {"off_by_one", "off_by_minus_one", "wrong_operation", "wrong_digit"}
+    test = preference_pairs(spec, "test", 100, seed=5)
+    assert not {p.example.key for p in train} & {p.example.key for p in test}
+    rows = load_preferences(spec, "train", seed=5, limit=300).rows
+    assert [r.chosen for r in rows] == [p.chosen for p in train]
+
+
+def test_builtin_function_pairs_mutate_the_reference_into_something_the_verifier_rejects() -> None:
+    task = get_task("builtin:docstring")
+    pairs = preference_pairs("builtin:docstring", "train", 40, seed=0)
+    assert len(pairs) >= 30
+    for pair in pairs:
+        assert task.verify(pair.chosen, pair.example) and not task.verify(pair.rejected, pair.example)
+        compile(pair.rejected, "<rejected>", "exec")  # a plausible wrong answer still parses
+    assert len({p.mistake for p in pairs}) >= 3
+
+
+def test_a_long_prompt_is_cut_from_the_left_so_both_answers_fit_whole() -> None:
+    from test_sft import base_run
+    from tinylm.posttrain.chat_format import ChatFormat
+    from tinylm.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(base_run() / "checkpoints" / "step_00000004" / "tokenizer.json")
+    chat = ChatFormat.from_tokenizer(tokenizer)
+    prompt = ({"role": "user", "content": "alpha beta gamma delta " * 8 + "What is 2 + 2?"},)
+    row = PreferenceRow(prompt, "4", "the answer is four")
+    full = chat.prompt_ids(list(prompt))
+    answers = {side: [*chat.content_ids(text), chat.end_id] for side, text in (("chosen", "4"),
+                                                                                ("rejected", "the answer is four"))}
+    width = len(answers["rejected"]) + 10
+    encoded = encode_pairs([row], chat, width)
+    assert encoded.truncated == 1 and encoded.dropped == 0
+    for side, answer in answers.items():
+        ids, mask = encoded.tensors[f"{side}_ids"][0].tolist(), encoded.tensors[f"{side}_mask"][0].tolist()
+        n = int(encoded.tensors[f"{side}_length"][0])
+        assert ids[:10] == full[-10:]  # the same most recent prompt tokens on both sides
+        assert ids[10:n] == answer and mask[10:n] == [1] * len(answer) and sum(mask) == len(answer)
+    assert encode_pairs([row], chat, len(answers["rejected"])).dropped == 1  # no room left for any prompt
+
+
+def test_an_hf_spec_without_a_network_is_one_line() -> None:
+    with pytest.raises(TinyLMError, match=r"^hf:tinylm-tests/no-such-pairs: "):
+        load_preferences("hf:tinylm-tests/no-such-pairs")
