@@ -56,7 +56,8 @@ def block_rows(model: nn.Module) -> list[tuple[str, str, str]]:
             ("norm", "ln2: LayerNorm", _shape(block.ln2)),
             ("mlp", "mlp: ReLU, 4x", _linears(block.mlp)),
             ("norm", "ln_f: LayerNorm", _shape(model.ln_f)),
-            ("head", "lm_head (own matrix" + (", bias)" if model.lm_head.bias is not None else ")"), _shape(model.lm_head)),
+            ("head", "lm_head (own matrix, bias)" if model.lm_head.bias is not None else "lm_head (own matrix)",
+             _shape(model.lm_head)),
         ]
     else:
         tied = model.lm_head.weight is model.token_embed.weight

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 import torch
-from model_variants import all_configs
 
+from model_variants import all_configs
 from tinylm.inference.engine import Engine
 from tinylm.inference.int8 import Int8Linear, linear_weight_bytes, quantize_int8, quantize_rows
 from tinylm.inference.sampling import GREEDY

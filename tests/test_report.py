@@ -65,8 +65,8 @@ def test_bad_input_is_one_clear_line(argv: list[str], message: str, capsys: pyte
 
 
 def test_report_of_a_run_folder_reads_its_newest_checkpoint(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
-    from tinylm.models.factory import build_model
     from tinylm.checkpoint import save_checkpoint
+    from tinylm.models.factory import build_model
 
     config = preset_config("tiny", "modern", n_blocks=1, vocab_size=256)
     save_checkpoint(tmp_path / "run", 5, build_model(config), config)
