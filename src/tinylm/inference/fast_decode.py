@@ -71,16 +71,21 @@ class _FusedBlock:
         self.qkv = fuse_projections(parts)
         self.o_proj: Projection = attn.o_proj.forward
         self.attn_norm, self.mlp_norm = block.attn_norm.weight, block.mlp_norm.weight
-        self.qk_norm: torch.Tensor | None = None
-        if attn.q_norm is not None:  # one weight row per head: n_head query rows, then n_kv_head key rows
-            self.qk_norm = torch.cat([attn.q_norm.weight.expand(attn.n_head, -1),
-                                      attn.k_norm.weight.expand(attn.n_kv_head, -1)]).detach()
+        # the model's own QK-norm weights, not a copy: an optimizer step between two calls updates them in place
+        self.q_norm: torch.Tensor | None = None if attn.q_norm is None else attn.q_norm.weight
+        self.k_norm: torch.Tensor | None = None if attn.k_norm is None else attn.k_norm.weight
+        self.n_head, self.n_kv_head = attn.n_head, attn.n_kv_head
         self.moe: nn.Module | None = None
         if hasattr(block.mlp, "router"):
             self.moe = block.mlp
         else:
             self.gate_up = fuse_projections([block.mlp.gate, block.mlp.up])
             self.down: Projection = block.mlp.down.forward
+
+    def qk_norm_weight(self) -> torch.Tensor:
+        """One weight row per head (n_head query rows, then n_kv_head key rows), from the current weights."""
+        assert self.q_norm is not None and self.k_norm is not None
+        return torch.cat([self.q_norm.expand(self.n_head, -1), self.k_norm.expand(self.n_kv_head, -1)])
 
 
 class FastDecoder:
@@ -153,8 +158,8 @@ class FastDecoder:
             proj = block.qkv(h)
             qkv = proj[..., : (H + 2 * K) * D].view(B, T, H + 2 * K, D)
             qk = qkv[:, :, : H + K]
-            if block.qk_norm is not None:
-                qk = F.rms_norm(qk, (D,), None, self.eps) * block.qk_norm
+            if block.q_norm is not None and block.k_norm is not None:
+                qk = F.rms_norm(qk, (D,), None, self.eps) * block.qk_norm_weight()
             qk = apply_rope(qk.transpose(1, 2), cos, sin)  # [B, H + K, T, D]
             q, k = qk.split([H, K], dim=1)
             self.keys[i][:, :, start:end] = k

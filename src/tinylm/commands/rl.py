@@ -1,0 +1,118 @@
+"""RL from verifiable rewards: sample answers, score them with a verifier, push the policy toward the better ones.
+
+--base is a chat model (the output of `tinylm sft`). Each step samples --group-size answers to each of
+--batch-size prompts of --task with the current weights, scores them (--reward), and takes one
+optimizer step of --algo. Every --eval-every steps (and before the first) the held-out exact-match
+(greedy) is logged; every step logs reward, accuracy, KL, clip fraction, entropy, response length,
+informative-group fraction and rollout vs update time.
+
+examples:
+  tinylm rl --base runs/tiny-modern-sft --algo grpo --task builtin:arith --max-steps 100
+  tinylm rl --base runs/tiny-modern-sft --algo dapo --group-size 16
+  tinylm rl --base runs/tiny-modern-sft --algo ppo --epochs 2 --aggregation token-mean
+  tinylm rl --base runs/tiny-modern-sft --algo rloo --reward mymodule:my_reward
+  tinylm rl --out runs/tiny-modern-sft-rl-grpo --resume latest --max-steps 200     continue
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+HELP = "RL from verifiable rewards: --algo grpo|dr_grpo|dapo|gspo|rloo|reinforce_pp|ppo"
+
+_D: dict[str, Any] = {}
+
+
+def _defaults() -> dict[str, Any]:
+    if not _D:
+        from tinylm.posttrain.rl_config import RLConfig
+
+        _D.update(RLConfig(base="-").to_dict())
+    return _D
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from tinylm.commands.sft import add_lora_arguments
+    from tinylm.commands.train import add_engine_arguments
+    from tinylm.posttrain.algorithm import algorithms
+    from tinylm.posttrain.kl import KL_ESTIMATORS
+    from tinylm.posttrain.policy_losses import AGGREGATIONS
+
+    d = _defaults()
+    g = parser.add_argument_group("base, task and reward")
+    g.add_argument("--base", required=True, metavar="RUN", help="chat checkpoint or run folder (from tinylm sft)")
+    g.add_argument("--task", default=d["task"], metavar="SPEC",
+                   help="builtin:arith?digits=2&ops=+ ... (default %(default)s)")
+    g.add_argument("--reward", default=d["reward"], metavar="SPEC",
+                   help="exact, exact+format, python (sandboxed), model:PATH or module:function (default %(default)s)")
+    g.add_argument("--reference", default=None, metavar="RUN", help="frozen KL reference (default: --base)")
+    g.add_argument("--train-examples", type=int, default=d["train_examples"], help="train prompts drawn from")
+    g.add_argument("--eval-examples", type=int, default=d["eval_examples"], help="held-out problems for exact-match")
+    g.add_argument("--out", default=None, metavar="DIR", help="run folder (default runs/<base run>-rl-<algo>)")
+    g.add_argument("--seed", type=int, default=d["seed"])
+
+    a = parser.add_argument_group("algorithm")
+    a.add_argument("--algo", default=d["algo"], choices=tuple(algorithms()))
+    a.add_argument("--epochs", type=int, default=d["epochs"], help="optimizer steps per batch of rollouts")
+    a.add_argument("--aggregation", default=None, choices=AGGREGATIONS, help="loss aggregation (default: the algo's)")
+    a.add_argument("--beta", type=float, default=None, help="KL coefficient (default: the algo's)")
+    a.add_argument("--kl-estimator", default=d["kl_estimator"], choices=KL_ESTIMATORS)
+    a.add_argument("--clip-low", type=float, default=None, help="epsilon: ratio clipped below 1 - eps")
+    a.add_argument("--clip-high", type=float, default=None, help="ratio clipped above 1 + eps (DAPO: 0.28)")
+    a.add_argument("--oversample", type=int, default=d["oversample"], help="dapo: prompts tried per slot")
+    a.add_argument("--overlong-buffer", type=int, default=None, help="dapo: soft length-penalty zone in tokens")
+    a.add_argument("--gamma", type=float, default=d["gamma"], help="ppo: discount")
+    a.add_argument("--lam", type=float, default=d["lam"], help="ppo: GAE lambda")
+    a.add_argument("--vf-coef", type=float, default=d["vf_coef"], help="ppo: value loss weight")
+    a.add_argument("--value-clip", type=float, default=d["value_clip"], help="ppo: value clip range")
+
+    r = parser.add_argument_group("rollouts")
+    r.add_argument("--group-size", type=int, default=d["group_size"], metavar="G", help="responses per prompt")
+    r.add_argument("--max-new-tokens", type=int, default=d["max_new_tokens"], help="response length limit")
+    r.add_argument("--temperature", type=float, default=d["temperature"])
+    r.add_argument("--top-k", type=int, default=None)
+    r.add_argument("--top-p", type=float, default=None)
+    add_lora_arguments(parser, d)
+    add_engine_arguments(parser, d)
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    from tinylm.posttrain.rl_config import RLConfig
+
+    fields = set(_defaults())
+    return RLConfig(**{k: v for k, v in vars(args).items() if k in fields})
+
+
+def _print_summary(summary: Any, before: dict[str, float]) -> None:
+    after = summary.evaluation
+    parts = [f"step {summary.steps}"]
+    if "exact_match" in after:
+        was = f"{before['exact_match']:.1%} -> " if "exact_match" in before else ""
+        parts.append(f"held-out exact-match {was}{after['exact_match']:.1%}")
+    parts.append(f"{summary.wall_s:.0f} s")
+    print("done: " + ", ".join(parts))
+    if summary.checkpoint:
+        print(f"checkpoint: {summary.checkpoint}")
+        print(f"curves: {os.path.join(summary.run_dir, 'rl.png')} (loss: loss.png)")
+    if summary.sample:
+        print("held-out samples:\n" + summary.sample)
+    sys.stdout.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    from tinylm.commands.sft import _first_evaluation
+    from tinylm.commands.train import explicit_options, resumed_config
+    from tinylm.posttrain.rl import RLStage
+    from tinylm.train.loop import run_training
+
+    config = config_from_args(args)
+    stage = RLStage()
+    if config.resume is not None:
+        config = resumed_config(config, explicit_options(args, _defaults()), stage.run_name(config))
+    summary = run_training(config, stage=stage)
+    if int(os.environ.get("RANK", "0")) == 0:
+        _print_summary(summary, _first_evaluation(summary.run_dir))
+    return {"nan": 1, "interrupted": 130}.get(summary.stopped, 0)

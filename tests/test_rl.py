@@ -1,0 +1,173 @@
+"""`tinylm rl` end to end on a micro chat model: every algorithm runs and logs what it does, gradient
+accumulation and torchrun equal one big batch, resume is bit-exact (mid-round too), and bad input is one line."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from test_ddp import torchrun
+from test_sft import base_run
+from test_train_support import losses, rows
+from tinylm.checkpoint import list_checkpoints, load_model, read_weights
+from tinylm.cli import main
+from tinylm.posttrain.algorithm import algorithms
+from tinylm.posttrain.rl import RLConfig, RLStage
+from tinylm.tasks.task import Example
+from tinylm.train.loop import run_training
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TASK = "builtin:arith?digits=1&ops=+"
+ALGOS = tuple(algorithms())
+TESTS = Path(__file__).parent
+
+
+def varied_reward(response: str, example: Example) -> float:
+    """A reward a micro model's answers actually vary in (the exact answer is out of its reach)."""
+    return float(len(response) % 3) + float(example.answer in response)
+
+
+def failing_reward(response: str, example: Example) -> float:
+    if len(response) % 2:
+        raise ValueError("cannot score this one")
+    return math.nan if len(response) % 3 == 0 else 1.0
+
+
+def rl_config(out: Path, algo: str, **changes: Any) -> RLConfig:
+    base: dict[str, Any] = dict(base=str(base_run()), task=TASK, algo=algo, out=str(out), batch_size=2, group_size=3,
+                                max_new_tokens=5, max_steps=2, eval_every=0, eval_examples=3, train_examples=40,
+                                progress=False, threads=1, seed=5, lr=3e-3, reward="test_rl:varied_reward")
+    base.update(changes)
+    return RLConfig(**base)
+
+
+def rl_args(out: Path, algo: str, *extra: str) -> list[str]:
+    return ["rl", "--base", str(base_run()), "--task", TASK, "--algo", algo, "--out", str(out), "--batch-size", "2",
+            "--group-size", "3", "--max-new-tokens", "5", "--eval-every", "0", "--eval-examples", "3",
+            "--train-examples", "40", "--no-progress", "--threads", "1", "--seed", "5", "--lr", "0.003",
+            "--reward", "test_rl:varied_reward", *extra]
+
+
+def final_weights(run: Path) -> dict[str, torch.Tensor]:
+    return read_weights(list_checkpoints(run)[-1])
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_every_algorithm_trains_and_logs_what_it_does(tmp_path: Path, algo: str) -> None:
+    run_training(rl_config(tmp_path / algo, algo, max_steps=2, epochs=2 if algo in ("ppo", "grpo") else 1),
+                 stage=RLStage())
+    logged = [r for r in rows(tmp_path / algo) if "loss" in r]
+    assert len(logged) == 2
+    for row in logged:
+        for key in ("reward", "accuracy", "clip_frac", "entropy", "response_length", "informative_frac",
+                    "rollout_s", "update_s", "rollout_tokens_per_s", "ratio"):
+            assert key in row and math.isfinite(row[key]), key
+        assert 1 <= row["response_length"] <= 5 and 0 <= row["informative_frac"] <= 1
+    assert logged[0]["grad_norm"] > 0  # the rewards differ within groups: something to learn
+    assert logged[0]["ratio"] == pytest.approx(1.0, abs=1e-5)  # first epoch: on-policy
+    if algo in ("grpo", "reinforce_pp", "ppo"):
+        assert all(r["kl"] >= 0 for r in logged)
+    if algo in ("ppo", "grpo"):  # the second epoch reuses the rollouts: the ratio has moved
+        assert logged[1]["rollout_s"] == 0 and logged[1]["ratio"] != pytest.approx(1.0, abs=1e-7)
+    model, _, meta = load_model(tmp_path / algo)  # a plain policy checkpoint, even with PPO's value head
+    assert meta["stage"] == "rl" and meta["algo"] == algo
+    assert [link["stage"] for link in meta["lineage"]] == ["pretrain", "rl"]
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_gradient_accumulation_equals_one_batch(tmp_path: Path, algo: str) -> None:
+    run_training(rl_config(tmp_path / "one", algo, batch_size=4), stage=RLStage())
+    run_training(rl_config(tmp_path / "accum", algo, batch_size=2, grad_accum=2), stage=RLStage())
+    assert losses(tmp_path / "accum") == pytest.approx(losses(tmp_path / "one"), abs=1e-6)
+    one, accum = final_weights(tmp_path / "one"), final_weights(tmp_path / "accum")
+    for name in one:
+        assert torch.allclose(one[name], accum[name], atol=1e-6), name
+    logged_one = [r for r in rows(tmp_path / "one") if "loss" in r]
+    logged_accum = [r for r in rows(tmp_path / "accum") if "loss" in r]
+    for a, b in zip(logged_one, logged_accum, strict=True):
+        assert a["reward"] == pytest.approx(b["reward"]) and a["entropy"] == pytest.approx(b["entropy"], abs=1e-5)
+
+
+@pytest.mark.parametrize("algo", [pytest.param(a, marks=[] if a in ("grpo", "ppo") else [pytest.mark.slow])
+                                  for a in ALGOS])
+def test_torchrun_two_processes_equal_one(tmp_path: Path, algo: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_training(rl_config(tmp_path / "single", algo, batch_size=4), stage=RLStage())
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    result = torchrun(*rl_args(tmp_path / "ddp", algo, "--batch-size", "2", "--max-steps", "2"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert losses(tmp_path / "ddp") == pytest.approx(losses(tmp_path / "single"), abs=1e-6)
+    single, ddp = final_weights(tmp_path / "single"), final_weights(tmp_path / "ddp")
+    for name in single:
+        assert torch.allclose(single[name], ddp[name], atol=1e-5), name
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_resume_is_bit_exact_even_in_the_middle_of_a_round(tmp_path: Path, algo: str) -> None:
+    """Two epochs per round: the split at step 3 falls inside round 2, whose rollouts the checkpoint keeps."""
+    run_training(rl_config(tmp_path / "straight", algo, max_steps=4, epochs=2), stage=RLStage())
+    run_training(rl_config(tmp_path / "split", algo, max_steps=3, epochs=2), stage=RLStage())
+    run_training(rl_config(tmp_path / "split", algo, max_steps=4, epochs=2, resume="latest"), stage=RLStage())
+    assert losses(tmp_path / "split") == losses(tmp_path / "straight")
+    straight, split = final_weights(tmp_path / "straight"), final_weights(tmp_path / "split")
+    assert all(torch.equal(straight[k], split[k]) for k in straight)
+
+
+def test_a_reward_that_raises_or_returns_nan_scores_zero_and_is_counted(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(rl_args(tmp_path / "r", "grpo", "--reward", "test_rl:failing_reward", "--max-steps", "2")) == 0
+    logged = [r for r in rows(tmp_path / "r") if "loss" in r]
+    assert sum(r["reward_failures"] for r in logged) > 0
+    assert all(0 <= r["reward"] <= 1 for r in logged)
+    captured = capsys.readouterr()
+    assert "reward(s) failed and scored 0" in captured.out + captured.err
+
+
+def test_the_cli_reports_the_exact_match_before_and_after(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(rl_args(tmp_path / "cli", "rloo", "--max-steps", "2", "--eval-every", "1")) == 0
+    out = capsys.readouterr().out
+    assert "held-out exact-match" in out and "->" in out
+    evals = [r["step"] for r in rows(tmp_path / "cli") if "exact_match" in r]
+    assert evals == [0, 1, 2]
+    assert (tmp_path / "cli" / "loss.png").is_file() and (tmp_path / "cli" / "rl.png").is_file()
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("task", "unknown task"),
+    ("group", "--group-size must be >= 2"),
+    ("reference", "vocabulary"),
+    ("reward", "cannot import"),
+    ("algo", "invalid choice"),
+])
+def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str,
+                                                 message: str) -> None:
+    extra = {"task": ["--task", "builtin:nosuch"], "group": ["--group-size", "1"],
+             "reward": ["--reward", "no_such_module_here:f"], "algo": ["--algo", "a2c"]}.get(case, [])
+    if case == "reference":
+        other = tmp_path / "other"
+        (other).mkdir()
+        from test_train_support import config as pretrain_config
+
+        cfg = pretrain_config(other / "run", max_steps=1)
+        run_training(cfg.replace(overrides={**cfg.overrides, "vocab_size": 320}))
+        extra = ["--reference", str(other / "run")]
+    args = rl_args(tmp_path / "bad", "grpo", *extra)
+    capsys.readouterr()
+    code = main(args)
+    err = capsys.readouterr().err.strip()
+    assert code != 0 and message in err and len(err.splitlines()) == 1, err
+    assert not list_checkpoints(tmp_path / "bad") if (tmp_path / "bad").exists() else True
+
+
+def test_dynamic_sampling_replaces_groups_whose_rewards_all_agree(tmp_path: Path) -> None:
+    run_training(rl_config(tmp_path / "dapo", "dapo", reward="test_rl:varied_reward", oversample=3),
+                 stage=RLStage())
+    logged = [r for r in rows(tmp_path / "dapo") if "loss" in r]
+    assert all(r["informative_frac"] > 0 for r in logged)
+    meta = json.loads((list_checkpoints(tmp_path / "dapo")[-1] / "config.json").read_text())
+    assert meta["train"]["oversample"] == 3
