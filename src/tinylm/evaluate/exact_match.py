@@ -3,8 +3,7 @@
 The prompts are rendered with the chat format (ending with the assistant header), generated in one
 left-padded batch by the KV-cache engine until the end-of-turn token, decoded and verified. Greedy
 by default, so the score is a deterministic function of the weights. The engine runs without the
-fused fast decoder: during training the weights change between evaluations, and a fused copy would
-go stale.
+fused fast decoder, which re-lays the weights of a model that is still being trained.
 
 pass@k samples n >= k replies per problem (temperature > 0, seeded) and counts the c that verify; the
 chance that at least one of k replies drawn from those n is right is estimated without bias as
