@@ -171,3 +171,15 @@ def test_dynamic_sampling_replaces_groups_whose_rewards_all_agree(tmp_path: Path
     assert all(r["informative_frac"] > 0 for r in logged)
     meta = json.loads((list_checkpoints(tmp_path / "dapo")[-1] / "config.json").read_text())
     assert meta["train"]["oversample"] == 3
+
+
+def test_lora_rl_saves_adapters_that_load_as_a_model(tmp_path: Path) -> None:
+    """RL shares the post-training base with SFT: adapter-only checkpoints that name their base, a merged copy."""
+    summary = run_training(rl_config(tmp_path / "lora", "grpo", lora_rank=2, max_steps=2), stage=RLStage())
+    stored = read_weights(Path(summary.checkpoint))
+    assert stored and all("lora_" in name for name in stored)
+    loaded = load_model(summary.checkpoint)[0]
+    merged = load_model(tmp_path / "lora" / "merged")[0]
+    x = torch.randint(0, loaded.config.vocab_size, (1, 10), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.allclose(loaded(x)[0], merged(x)[0], atol=1e-6)

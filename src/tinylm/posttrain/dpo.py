@@ -147,8 +147,8 @@ class DPOStage(PairStage):
             return batch["ref_chosen"], batch["ref_rejected"]
         if self.mode == "copy":
             return reference_logprobs(self.reference, batch)
-        with adapters_disabled(self.model):
-            return reference_logprobs(self.model, batch)
+        with adapters_disabled(self.policy):
+            return reference_logprobs(self.policy, batch)
 
     # ---- loss -------------------------------------------------------------------------------------
     def pair_losses(self, model: nn.Module, batch: Batch) -> tuple[Any, PairLogps]:

@@ -115,7 +115,11 @@ class FromBaseStage(Stage):
         self.report: list[str] = []
         self.setup_data(cfg)
         # read once: keep_last may prune the checkpoint this run resumed from
-        self.lineage = lineage(self.name, ctx.resume, self.base, str(cfg.data), ctx.run_dir)
+        self.lineage = lineage(self.name, ctx.resume, self.base, self.data_spec(), ctx.run_dir)
+
+    def data_spec(self) -> str:
+        """What this stage learned from, for the lineage and config.json."""
+        return str(self.ctx.cfg.data)  # type: ignore[attr-defined]
 
     def setup_data(self, cfg: PostTrainConfig) -> None:
         """Read, render and lay out the stage's rows (and add lines for the run header to `self.report`)."""
@@ -184,7 +188,7 @@ class FromBaseStage(Stage):
                 model.get_parameter(name).requires_grad_(True)
         if self.ctx.resume is not None:
             self._load_resume(model, self.ctx.resume)
-        self.model = model
+        self.policy = model  # the language model (a stage may wrap it, e.g. PPO's value head)
         self.trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         self.total = sum(p.numel() for p in model.parameters())
         return model
@@ -219,7 +223,8 @@ class FromBaseStage(Stage):
         from tinylm.posttrain.lora import lora_state_dict
 
         # adapter-only (the base is named in config.json), plus matrices trained whole
-        return {**lora_state_dict(model), **{n: model.get_parameter(n).detach() for n in self._trained_whole(model)}}
+        policy = self.policy
+        return {**lora_state_dict(policy), **{n: policy.get_parameter(n).detach() for n in self._trained_whole(policy)}}
 
     # ---- checkpoints ---------------------------------------------------------------------------
     def tokenizer_file(self) -> Path | None:
@@ -227,17 +232,18 @@ class FromBaseStage(Stage):
 
     def checkpoint_meta(self) -> dict[str, Any]:
         cfg: PostTrainConfig = self.ctx.cfg  # type: ignore[assignment]
-        meta: dict[str, Any] = {"stage": self.name, "data": cfg.data, "base": str(self.base),
+        meta: dict[str, Any] = {"stage": self.name, "data": self.data_spec(), "base": str(self.base),
                                 "chat_template": self.chat.jinja_template(), "lineage": self.lineage}
         if cfg.lora_rank:
             lora = cfg.lora_config()
             meta["adapter"] = {"lora": lora.to_dict(), "scale": lora.scale, "base": str(self.base),
-                               "added_tokens": self.added_tokens, "trained_whole": self._trained_whole(self.model)}
+                               "added_tokens": self.added_tokens, "trained_whole": self._trained_whole(self.policy)}
         return meta
 
     def finish(self, model: nn.Module, checkpoint: Path | None) -> str | None:
         if checkpoint is not None and self.ctx.cfg.lora_rank:  # type: ignore[attr-defined]
-            self.ctx.say(f"merged copy (base + adapters, loadable without the base): {save_merged(checkpoint, model)}")
+            self.ctx.say(f"merged copy (base + adapters, loadable without the base): "
+                         f"{save_merged(checkpoint, self.policy)}")
         return None
 
 

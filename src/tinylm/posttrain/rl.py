@@ -31,20 +31,17 @@ import torch
 from torch import nn
 
 from tinylm.checkpoint import (
-    TOKENIZER,
     checkpoint_model_config,
     load_train_state,
     load_weights,
-    read_checkpoint_config,
-    read_weights,
     resolve_checkpoint,
     tied_aliases,
 )
-from tinylm.config import ModelConfig
 from tinylm.device import autocast
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.posttrain.advantages import group_advantages, moment_sums, reward_spread, rloo_advantages, whiten
+from tinylm.posttrain.from_base import FromBaseStage, PostTrainConfig
 from tinylm.posttrain.gae import gae
 from tinylm.posttrain.kl import kl_estimate
 from tinylm.posttrain.policy_losses import (
@@ -60,8 +57,7 @@ from tinylm.posttrain.rl_config import RLConfig
 from tinylm.posttrain.rollout import policy_logprobs, sample_rollouts, token_logprobs
 from tinylm.train.config import TrainConfig
 from tinylm.train.distributed import all_reduce_sum
-from tinylm.train.rng import seed_everything
-from tinylm.train.stage import Batch, Stage, StageContext, StageLoss, lineage
+from tinylm.train.stage import Batch, StageLoss
 
 
 def _stable_seed(*parts: int) -> int:
@@ -72,34 +68,19 @@ def _stable_seed(*parts: int) -> int:
     return value
 
 
-class RLStage(Stage):
+class RLStage(FromBaseStage):
     name = "rl"
     evaluate_at_start = True  # the starting model's exact-match is the "before"
 
     # ---- setup ---------------------------------------------------------------------------------
-    def setup(self, ctx: StageContext) -> None:
-        from tinylm.posttrain.chat_format import ChatFormat
+    def setup_data(self, cfg: PostTrainConfig) -> None:
+        from tinylm.inference.sampling import SamplingParams
         from tinylm.posttrain.rewards import load_reward
         from tinylm.tasks.registry import get_task
-        from tinylm.tokenizer import load_tokenizer
 
-        super().setup(ctx)
-        cfg: RLConfig = ctx.cfg  # type: ignore[assignment]
+        assert isinstance(cfg, RLConfig)
+        ctx = self.ctx
         self.algo = cfg.algorithm()
-        self.base = resolve_checkpoint(cfg.base)
-        if "adapter" in read_checkpoint_config(self.base):
-            raise TinyLMError(f"{self.base} holds LoRA adapters only: merge them first (tinylm export) or "
-                              "start from a full checkpoint")
-        if not (self.base / TOKENIZER).is_file():
-            raise TinyLMError(f"base checkpoint {self.base} has no {TOKENIZER}")
-        self.tokenizer = load_tokenizer(self.base / TOKENIZER)
-        try:
-            self.chat = ChatFormat.from_tokenizer(self.tokenizer)
-        except TinyLMError:
-            raise TinyLMError(f"{self.base} has no chat tokens: RL starts from a chat model, run tinylm sft "
-                              "on it first") from None
-        base_cfg = checkpoint_model_config(self.base)
-        self.mcfg = base_cfg.replace(gradient_checkpointing=True) if cfg.gradient_checkpointing else base_cfg
         self.task = get_task(cfg.task)
         window = self.mcfg.context_length - cfg.max_new_tokens
         pool = [e for e in self.task.examples("train", cfg.train_examples, cfg.seed)
@@ -112,18 +93,15 @@ class RLStage(Stage):
         self.eval_problems = self.task.examples("test", cfg.eval_examples, cfg.seed)
         self.reward = load_reward(cfg.reward, self.task, ctx.device)
         self.reference = self._load_reference(cfg)
-        from tinylm.inference.sampling import SamplingParams
-
         self.sampling = SamplingParams(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
-        self.tokenizer_path = ctx.run_dir / TOKENIZER
-        if ctx.env.is_main:
-            ctx.run_dir.mkdir(parents=True, exist_ok=True)
-            self.tokenizer.save(self.tokenizer_path)
         self.steps_begun = 0  # optimizer steps whose batches were handed out
         self.micro = 0
         self.current: list[dict[str, Any]] | None = None  # this round's micro-batches
         self.last_rollout_end: float | None = None
         self.failure_said = False
+
+    def data_spec(self) -> str:
+        return self.ctx.cfg.task  # type: ignore[attr-defined]
 
     def _load_reference(self, cfg: RLConfig) -> nn.Module | None:
         needs = self.algo.beta > 0
@@ -138,9 +116,6 @@ class RLStage(Stage):
         load_weights(reference, path)
         reference.requires_grad_(False)
         return reference.eval().to(self.ctx.device)
-
-    def model_config(self) -> ModelConfig:
-        return self.mcfg
 
     def run_name(self, cfg: TrainConfig) -> tuple[str, str]:
         path = Path(cfg.base).resolve()  # type: ignore[attr-defined]
@@ -159,40 +134,22 @@ class RLStage(Stage):
 
     # ---- the model -----------------------------------------------------------------------------
     def build_model(self) -> nn.Module:
-        cfg: RLConfig = self.ctx.cfg  # type: ignore[assignment]
-        seed_everything(cfg.seed)
-        policy = build_model(self.mcfg)
-        load_weights(policy, self.base)
-        if cfg.lora_rank:
-            from tinylm.posttrain.lora import apply_lora
-
-            apply_lora(policy, cfg.lora_config())
-        resume = self.ctx.resume
-        if resume is not None:
-            if cfg.lora_rank:
-                from tinylm.posttrain.lora import load_lora_state_dict
-
-                load_lora_state_dict(policy, read_weights(resume))
-            else:
-                load_weights(policy, resume)
-        self.policy = self.model = policy
+        """FromBaseStage's policy (LoRA adapters in it, if asked), with PPO's value head beside it."""
+        policy = super().build_model()
+        self.model = policy
         if not self.algo.value_head:
             return policy
         self.model = PolicyWithValue(policy)
-        if resume is not None:
-            self.model.value_head.load_state_dict(load_train_state(resume)["loader"]["value_head"])
+        if self.ctx.resume is not None:
+            self.model.value_head.load_state_dict(load_train_state(self.ctx.resume)["loader"]["value_head"])
         return self.model
 
     def checkpoint_weights(self, model: nn.Module, gathered: dict[str, torch.Tensor] | None
                            ) -> dict[str, torch.Tensor] | None:
-        if self.ctx.cfg.lora_rank:  # type: ignore[attr-defined]
-            from tinylm.posttrain.lora import lora_state_dict
-
-            return lora_state_dict(self.policy)
-        if isinstance(model, PolicyWithValue):  # the checkpoint is the policy; the value head rides in train_state
-            aliases = tied_aliases(self.policy)
+        if not self.ctx.cfg.lora_rank and isinstance(model, PolicyWithValue):  # type: ignore[attr-defined]
+            aliases = tied_aliases(self.policy)  # the checkpoint is the policy; the value head rides in train_state
             return {k: v for k, v in self.policy.state_dict().items() if k not in aliases}
-        return gathered
+        return super().checkpoint_weights(model, gathered)
 
     # ---- rollouts ------------------------------------------------------------------------------
     def _slots(self) -> list[list[int]]:
@@ -465,24 +422,14 @@ class RLStage(Stage):
         return line
 
     # ---- checkpoints ---------------------------------------------------------------------------
-    def tokenizer_file(self) -> Path | None:
-        return self.tokenizer_path
-
     def checkpoint_meta(self) -> dict[str, Any]:
         cfg: RLConfig = self.ctx.cfg  # type: ignore[assignment]
-        meta: dict[str, Any] = {
-            "stage": self.name, "algo": cfg.algo, "data": cfg.task, "reward": cfg.reward, "base": str(self.base),
-            "chat_template": self.chat.jinja_template(),
-            "lineage": lineage(self.name, self.ctx.resume, self.base, f"{cfg.task} ({cfg.algo})", self.ctx.run_dir),
-        }
-        if cfg.lora_rank:
-            meta["adapter"] = {"lora": cfg.lora_config().to_dict(), "base": str(self.base), "added_tokens": [],
-                               "known_rows": self.mcfg.vocab_size}
-        return meta
+        return {**super().checkpoint_meta(), "algo": cfg.algo, "reward": cfg.reward}
 
-    def finish(self, model: nn.Module, checkpoint: Path | None = None) -> str | None:
+    def finish(self, model: nn.Module, checkpoint: Path | None) -> str | None:
         import contextlib
 
+        super().finish(model, checkpoint)  # a LoRA run's merged copy
         from tinylm.posttrain.rl_plot import plot_rl_runs
 
         with contextlib.suppress(TinyLMError, OSError):  # a run that logged nothing has nothing to draw

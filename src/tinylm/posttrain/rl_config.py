@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 from tinylm.errors import TinyLMError
 from tinylm.posttrain.algorithm import Algorithm, algorithms
+from tinylm.posttrain.from_base import PostTrainConfig
 from tinylm.posttrain.kl import KL_ESTIMATORS
 from tinylm.posttrain.policy_losses import AGGREGATIONS
-from tinylm.train.config import TrainConfig
 
 
 @dataclass
-class RLConfig(TrainConfig):
-    """TrainConfig plus what RL needs; --batch-size counts prompts (each sampled --group-size times)."""
+class RLConfig(PostTrainConfig):
+    """PostTrainConfig plus what RL needs; --batch-size counts prompts (each sampled --group-size times)."""
 
-    base: str = ""  # the checkpoint (or run folder) to start from: an SFT model with the chat tokens
     task: str = "builtin:arith"
     algo: str = "grpo"
     reward: str = "exact"  # rewards.load_reward
@@ -42,13 +40,6 @@ class RLConfig(TrainConfig):
     lam: float = 0.95
     vf_coef: float = 0.1
     value_clip: float = 0.2
-    train_examples: int = 20_000  # prompts of the task's train split drawn from
-    eval_examples: int = 200  # held-out problems scored by greedy exact-match
-    lora_rank: int = 0
-    lora_alpha: float | None = None
-    lora_dropout: float = 0.0
-    lora_targets: str = "q,k,v,o,gate,up,down"
-    rslora: bool = False
     # RL-sized defaults of the shared options
     batch_size: int = 8
     max_steps: int = 100
@@ -66,8 +57,6 @@ class RLConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
-        if not self.base:
-            raise TinyLMError("--base is required: the checkpoint or run folder to train with RL (an SFT model)")
         known = algorithms()
         if self.algo not in known:
             raise TinyLMError(f"unknown --algo {self.algo!r}: choose one of {', '.join(known)}")
@@ -83,7 +72,7 @@ class RLConfig(TrainConfig):
             raise TinyLMError(f"unknown --aggregation {self.aggregation!r}: choose {', '.join(AGGREGATIONS)}")
         if self.kl_estimator not in KL_ESTIMATORS:
             raise TinyLMError(f"unknown --kl-estimator {self.kl_estimator!r}: choose {', '.join(KL_ESTIMATORS)}")
-        for name in ("max_new_tokens", "epochs", "oversample", "train_examples", "eval_examples"):
+        for name in ("epochs", "oversample"):
             if getattr(self, name) < 1:
                 raise TinyLMError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
         for name in ("beta", "clip_low", "clip_high"):
@@ -91,16 +80,6 @@ class RLConfig(TrainConfig):
                 raise TinyLMError(f"--{name.replace('_', '-')} must be >= 0")
         if self.fsdp:
             raise TinyLMError("tinylm rl samples with whole weights on every rank: use DDP (no --fsdp)")
-        if self.lora_rank < 0:
-            raise TinyLMError(f"--lora-rank must be > 0 (or 0 for full fine-tuning), got {self.lora_rank}")
-        if self.lora_rank:
-            self.lora_config().validate()
-
-    def lora_config(self) -> Any:
-        from tinylm.posttrain.lora import LoraConfig, parse_targets
-
-        return LoraConfig(rank=self.lora_rank, alpha=self.lora_alpha, dropout=self.lora_dropout,
-                          targets=parse_targets(self.lora_targets), rslora=self.rslora)
 
     def algorithm(self) -> Algorithm:
         """The chosen algorithm with this run's overrides applied."""
