@@ -6,6 +6,7 @@ costs no memory to report.
   tinylm report --preset 13m --arch classic
   tinylm report --preset tiny --set n_experts=8 --set n_experts_per_token=2 --json
   tinylm report --checkpoint runs/demo
+  tinylm report --run runs/demo        (re)build the run's report card: report.md and report.html
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a model field, e.g. --set n_kv_head=1 (repeatable)")
     parser.add_argument("--checkpoint", help="report the model of a checkpoint (or run folder) instead")
+    parser.add_argument("--run", metavar="RUN", help="(re)build RUN/report.md and RUN/report.html, the run's report "
+                        "card (model, lineage, data, throughput, curves, eval scores)")
     parser.add_argument("--batch-size", type=count, default=8, help="batch size for the activation estimate")
     parser.add_argument("--seq-len", type=count, default=None, help="sequence length (default: context length)")
     parser.add_argument("--activation-dtype", default="float32", choices=["float32", "bfloat16"])
@@ -74,6 +77,12 @@ def _human(n: float, unit: str = "") -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.run:
+        from tinylm.evaluate.report_card import REPORT_MD, write_report_card
+
+        page = write_report_card(args.run)
+        print(f"report card: {page} and {page.with_name(REPORT_MD)}")
+        return 0
     from tinylm.config import parse_override
     from tinylm.presets import preset_config
 

@@ -1,0 +1,190 @@
+"""The evaluation tasks `tinylm eval --tasks` names, one spec each, all checked before a model is loaded.
+
+    bpb                      bits per byte on the dev split of the corpus the model was pretrained on
+    bpb:DIR                  ... of a prepared data folder
+    builtin:NAME[?k=v&...]   a built-in task's held-out split, greedy exact-match (and pass@k on request),
+                             named as in training (builtin:arith, builtin:docstring)
+    code                     write small functions; replies run against tests in the sandbox
+    gsm8k:FILE               GSM8K-layout JSONL (answer after ####)
+    hellaswag:FILE, arc:FILE, mmlu:FILE
+                             multiple choice by log-likelihood: acc and acc_norm
+    prefs:builtin:NAME       preference accuracy: how often the model gives the verified answer of a
+                             held-out pair more probability than the wrong one
+
+FILE may be `hf:NAME?config=C&split=S` where a network is at hand. Multiple-choice tasks also feed the
+chance-centred aggregate `core` (`core.py`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tinylm.errors import TinyLMError
+from tinylm.tasks.task import Task
+from tinylm.tokenizer.tokenizer import Tokenizer
+
+CHOICE_LAYOUTS = ("hellaswag", "arc", "mmlu")
+KNOWN = "bpb, bpb:DIR, builtin:NAME, code, gsm8k:FILE, hellaswag:FILE, arc:FILE, mmlu:FILE, prefs:builtin:NAME"
+
+
+@dataclass
+class EvalOptions:
+    examples: int = 200  # problems per generative task, questions per multiple-choice file, pairs (at most)
+    seed: int = 0
+    batch_size: int = 32
+    max_new_tokens: int = 32
+    pass_k: int = 0  # 0: greedy exact-match only; k: also pass@k from `samples` sampled replies
+    samples: int = 0  # replies per problem for pass@k (0: 2k)
+    temperature: float = 0.8  # for pass@k's samples
+    bpb_batches: int = 20  # dev batches of batch_size windows
+
+    def validate(self) -> None:
+        for name in ("examples", "batch_size", "max_new_tokens", "bpb_batches"):
+            if getattr(self, name) < 1:
+                raise TinyLMError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        if self.pass_k < 0 or self.samples < 0:
+            raise TinyLMError("--pass-k and --samples must be >= 0")
+        if self.pass_k and self.samples and self.samples < self.pass_k:
+            raise TinyLMError(f"--samples {self.samples} is fewer than --pass-k {self.pass_k}")
+        if self.pass_k and not self.temperature > 0:
+            raise TinyLMError("pass@k samples its replies: --temperature must be > 0")
+
+
+@dataclass
+class Subject:
+    """The model under evaluation, with its tokenizer and checkpoint metadata."""
+
+    model: nn.Module
+    tokenizer: Tokenizer
+    meta: dict[str, Any]
+
+    @cached_property
+    def chat(self) -> Any:
+        from tinylm.posttrain.chat_format import ChatFormat
+
+        return ChatFormat.from_tokenizer(self.tokenizer)
+
+
+@dataclass
+class TaskResult:
+    task: str
+    metrics: dict[str, float]
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    chance: float | None = None  # multiple choice: the accuracy of guessing (for `core`)
+
+
+class EvalTask(ABC):
+    spec: str
+
+    @abstractmethod
+    def run(self, subject: Subject, options: EvalOptions) -> TaskResult:
+        """Score the subject; deterministic for the options' seed."""
+
+
+# ---- the kinds of task ----------------------------------------------------------------------------
+@dataclass
+class BitsPerByte(EvalTask):
+    spec: str
+    data: Path | None  # None: the lineage's pretraining data
+
+    def run(self, subject: Subject, options: EvalOptions) -> TaskResult:
+        from tinylm.evaluate.bpb import corpus_bpb, pretraining_data
+
+        data = self.data or pretraining_data(subject.meta)
+        result = corpus_bpb(subject.model, subject.tokenizer, data, options.batch_size, options.bpb_batches)
+        return TaskResult(self.spec, result)
+
+
+@dataclass
+class Generative(EvalTask):
+    spec: str
+    task: Task
+
+    def run(self, subject: Subject, options: EvalOptions) -> TaskResult:
+        from tinylm.evaluate.exact_match import exact_match, pass_at_k
+
+        examples = self.task.examples("test", options.examples, options.seed)
+        score = exact_match(subject.model, subject.chat, self.task, examples, options.max_new_tokens)
+        metrics = {"exact_match": score.accuracy}
+        if options.pass_k:
+            k = options.pass_k
+            sampled = pass_at_k(subject.model, subject.chat, self.task, examples, options.max_new_tokens, k,
+                                options.samples or 2 * k, options.temperature, options.seed)
+            metrics[f"pass@{k}"] = sampled.score
+        samples = [{"prompt": p, "reply": r, "ok": ok} for p, r, ok in score.samples]
+        return TaskResult(self.spec, metrics, samples)
+
+
+@dataclass
+class MultipleChoice(EvalTask):
+    spec: str
+    layout: str
+    questions: list[Any]
+
+    def run(self, subject: Subject, options: EvalOptions) -> TaskResult:
+        from tinylm.evaluate.multiple_choice import score_questions
+
+        scores = score_questions(subject.model, subject.tokenizer, self.questions[:options.examples],
+                                 options.batch_size)
+        return TaskResult(self.spec, {"acc": scores.accuracy, "acc_norm": scores.accuracy_norm}, chance=scores.chance)
+
+
+@dataclass
+class Preferences(EvalTask):
+    spec: str
+    task_spec: str
+
+    def run(self, subject: Subject, options: EvalOptions) -> TaskResult:
+        from tinylm.evaluate.preference_accuracy import preference_accuracy
+        from tinylm.tasks.preference_pairs import preference_pairs
+
+        pairs = preference_pairs(self.task_spec, "test", options.examples, options.seed)
+        return TaskResult(self.spec, {"preference_accuracy": preference_accuracy(
+            subject.model, subject.chat, pairs, options.batch_size)})
+
+
+# ---- parsing ----------------------------------------------------------------------------------------
+def parse_task(spec: str) -> EvalTask:
+    """The task a spec names, its files read and checked (TinyLMError: one line)."""
+    from tinylm.tasks.registry import get_task
+
+    kind, _, rest = spec.partition(":")
+    if spec == "bpb" or kind == "bpb":
+        return BitsPerByte(spec, Path(rest) if rest else None)
+    if kind == "builtin":
+        return Generative(spec, get_task(spec))
+    if spec == "code":
+        from tinylm.evaluate.code_task import CodeTask
+
+        return Generative(spec, CodeTask())
+    if kind == "gsm8k" and rest:
+        from tinylm.evaluate.gsm8k import GSM8KTask
+
+        return Generative(spec, GSM8KTask(rest))
+    if kind in CHOICE_LAYOUTS and rest:
+        from tinylm.evaluate.multiple_choice import load_questions
+
+        return MultipleChoice(spec, kind, load_questions(kind, rest))
+    if kind == "prefs" and rest:
+        get_task(rest)  # an unknown task fails here, before the model loads
+        return Preferences(spec, rest)
+    raise TinyLMError(f"unknown evaluation task {spec!r}: known are {KNOWN}")
+
+
+def parse_tasks(text: str) -> list[EvalTask]:
+    specs = [s.strip() for s in text.split(",") if s.strip()]
+    if not specs:
+        raise TinyLMError(f"--tasks is empty: name some of {KNOWN}")
+    return [parse_task(s) for s in specs]
+
+
+@torch.no_grad()
+def run_tasks(subject: Subject, tasks: list[EvalTask], options: EvalOptions) -> list[TaskResult]:
+    return [task.run(subject, options) for task in tasks]

@@ -1,0 +1,1 @@
+"""`tinylm pipeline`: prepare -> pretrain -> SFT -> DPO -> GRPO -> eval in one resumable command, with a stage table."""

@@ -1,0 +1,153 @@
+"""The pipeline's settings: one table per stage, each checked against that stage's own config fields.
+
+    out = "runs/pipeline"
+    task = "builtin:arith?digits=1&ops=+-*"  # what SFT, DPO and GRPO learn and eval measures
+
+    [pretrain]                                # any TrainConfig field
+    max_steps = 1200
+    [sft]                                     # any SFTConfig field
+    lr = 5e-4
+    [grpo]                                    # any RLConfig field (algo = "dapo" runs DAPO in this slot)
+    group_size = 16
+    [eval]                                    # any EvalOptions field, and `tasks` added to the table's
+    examples = 500
+
+A key no stage knows is refused with one line naming the table, the key and the known keys, so a typo
+never runs twenty minutes with a default. The fields the pipeline wires itself (where a stage's base
+and data come from, its run folder, resume) cannot be set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from tinylm.errors import TinyLMError
+
+STAGES = ("pretrain", "sft", "dpo", "grpo")
+WIRED = ("base", "out", "resume", "data", "task")  # set by the pipeline: each stage starts from the one before
+TOP_LEVEL = ("out", "task", "seed", "threads", "stages")
+DEFAULT_TASK = "builtin:arith?digits=1&ops=+-*"
+
+# the default road: a tiny model, sized for about 20 minutes on two CPU cores (docs/pipeline-command.md)
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "prepare": {},
+    "pretrain": dict(preset="tiny", arch="modern", max_steps=600, batch_size=16, eval_every=200, eval_batches=10,
+                     checkpoint_every=100, sample_tokens=0),
+    "sft": dict(max_steps=400, batch_size=32, seq_len=64, eval_every=100, eval_examples=100, checkpoint_every=100,
+                max_new_tokens=8),
+    # DPO and GRPO at their commands' learning rates (5e-4, 3e-4) undo this small model's SFT in a few dozen steps
+    "dpo": dict(max_steps=60, batch_size=16, seq_len=48, lr=1e-4, eval_every=30, eval_examples=100,
+                checkpoint_every=30, max_new_tokens=8, train_examples=2000),
+    "grpo": dict(max_steps=30, batch_size=8, group_size=8, lr=5e-5, eval_every=10, eval_examples=100,
+                 checkpoint_every=10, max_new_tokens=8),
+    "eval": dict(examples=200, bpb_batches=10, max_new_tokens=8),
+}
+
+
+def _stage_fields(section: str) -> set[str]:
+    from tinylm.evaluate.tasks import EvalOptions
+
+    if section == "prepare":
+        import inspect
+
+        from tinylm.data.prepare import prepare_dataset
+
+        return set(inspect.signature(prepare_dataset).parameters) - {"out", "progress", "context_length"}
+    if section == "eval":
+        return {f.name for f in dataclasses.fields(EvalOptions)} | {"tasks"}
+    return {f.name for f in dataclasses.fields(stage_config_class(section))} - set(WIRED)
+
+
+def stage_config_class(stage: str) -> type:
+    if stage == "pretrain":
+        from tinylm.train.config import TrainConfig
+
+        return TrainConfig
+    if stage == "sft":
+        from tinylm.posttrain.sft import SFTConfig
+
+        return SFTConfig
+    if stage == "dpo":
+        from tinylm.posttrain.dpo import DPOConfig
+
+        return DPOConfig
+    from tinylm.posttrain.rl import RLConfig
+
+    return RLConfig
+
+
+@dataclass
+class PipelineConfig:
+    out: str = "runs/pipeline"
+    task: str = DEFAULT_TASK
+    seed: int = 1337
+    threads: int | None = None
+    stages: list[str] = field(default_factory=lambda: list(STAGES))  # a prefix of STAGES: where the road ends
+    sections: dict[str, dict[str, Any]] = field(default_factory=lambda: {k: dict(v) for k, v in DEFAULTS.items()})
+
+    def section(self, name: str) -> dict[str, Any]:
+        return self.sections.get(name, {})
+
+
+def _field_default(section: str, name: str) -> Any:
+    if section == "prepare":
+        import inspect
+
+        from tinylm.data.prepare import prepare_dataset
+
+        return inspect.signature(prepare_dataset).parameters[name].default
+    if section == "eval":
+        from tinylm.evaluate.tasks import EvalOptions
+
+        return getattr(EvalOptions(), name, [])
+    found = {f.name: f for f in dataclasses.fields(stage_config_class(section))}[name]
+    if found.default is not dataclasses.MISSING:
+        return found.default
+    return found.default_factory() if found.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
+
+
+def _check_type(where: str, section: str, name: str, value: Any) -> None:
+    """A value of the default's type (an int where a float is expected too); None-default fields take any."""
+    default = _field_default(section, name)
+    if default is None:
+        return
+    expected = (int, float) if type(default) is float else type(default)
+    if not isinstance(value, expected) or (isinstance(value, bool) and type(default) is not bool):
+        raise TinyLMError(f"{where}: [{section}] {name} = {value!r}: expected {type(default).__name__}")
+
+
+def parse_pipeline_config(table: dict[str, Any], where: str = "pipeline config") -> PipelineConfig:
+    """A PipelineConfig from a TOML table; unknown tables and keys are one TinyLMError line."""
+    config = PipelineConfig()
+    for key, value in table.items():
+        if isinstance(value, dict):
+            if key not in DEFAULTS:
+                raise TinyLMError(f"{where}: unknown table [{key}] (known: {', '.join(DEFAULTS)})")
+            known = _stage_fields(key)
+            for name in value:
+                if name in WIRED and key not in ("prepare", "eval"):
+                    raise TinyLMError(f"{where}: [{key}] {name} is set by the pipeline (each stage starts from "
+                                      "the one before it, in its own folder under out)")
+                if name not in known:
+                    raise TinyLMError(f"{where}: [{key}] unknown key {name!r} (known: {', '.join(sorted(known))})")
+                _check_type(where, key, name, value[name])
+            config.sections[key] = {**config.sections[key], **value}
+        elif key in TOP_LEVEL:
+            setattr(config, key, value)
+        else:
+            raise TinyLMError(f"{where}: unknown key {key!r} (known: {', '.join(TOP_LEVEL)}, "
+                              f"and the tables [{'], ['.join(DEFAULTS)}])")
+    if not isinstance(config.stages, list) or config.stages != list(STAGES[:len(config.stages)]) \
+            or not config.stages:
+        raise TinyLMError(f"{where}: stages must be a prefix of {list(STAGES)}, got {config.stages!r}")
+    return config
+
+
+def load_pipeline_config(path: str | None) -> PipelineConfig:
+    if path is None:
+        return PipelineConfig()
+    from tinylm.options_file import load_options_file
+
+    return parse_pipeline_config(load_options_file(path), path)

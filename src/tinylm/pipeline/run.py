@@ -1,0 +1,140 @@
+"""Run the road: prepare, each training stage in turn, then one evaluation of every stage's model.
+
+Every step asks `state.py` first whether it is done (skip), half done (resume) or new (run). The
+evaluation measures each stage's final checkpoint the same way (`tinylm eval`'s tasks: bits per byte
+on the pretraining corpus, the task's held-out exact-match, preference accuracy on held-out pairs),
+appends the scores to that stage's run and rebuilds its report card, and the table of the four rows
+is the pipeline's result: how much each stage gained.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tinylm.checkpoint import list_checkpoints
+from tinylm.errors import TinyLMError
+from tinylm.pipeline.config import PipelineConfig
+from tinylm.pipeline.stages import UNSTABLE, prepare_data, settings_of, stage_config, stage_object
+from tinylm.pipeline.state import PipelineState
+
+STOPPED_EARLY = {"nan": "stopped on a non-finite loss", "interrupted": "was interrupted"}
+
+
+@dataclass
+class PipelineResult:
+    out: str
+    rows: list[dict[str, Any]]  # one per stage: stage, checkpoint, steps, wall_s, scores
+    wall_s: float
+    ran: list[str] = field(default_factory=list)  # steps run (or resumed) by this invocation
+    skipped: list[str] = field(default_factory=list)
+    stopped: str | None = None  # a stage that did not finish (interrupted, nan)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Road:
+    def __init__(self, config: PipelineConfig, say: Callable[[str], None], progress: bool) -> None:
+        self.config, self.say, self.progress = config, say, progress
+        self.out = Path(config.out)
+        self.state = PipelineState(self.out)
+        self.ran: list[str] = []
+        self.skipped: list[str] = []
+
+    def prepare(self) -> Path:
+        pretrain = {k: v for k, v in self.config.section("pretrain").items() if k not in UNSTABLE}
+        settings = {"prepare": self.config.section("prepare"), "pretrain": pretrain}
+        done = self.state.finished("prepare", settings, derived=True)
+        if done is not None:
+            self.skipped.append("prepare")
+            return Path(done["data"])
+        start = time.perf_counter()
+        self.state.begin("prepare", settings, self.out)
+        self.say("== prepare")
+        data = prepare_data(self.config, self.progress)
+        self.ran.append("prepare")
+        return Path(self.state.finish("prepare", data=str(data), wall_s=time.perf_counter() - start)["data"])
+
+    def train(self, name: str, data: Path, base: Path | None) -> dict[str, Any] | None:
+        """The stage's record once finished; None when it stopped early (the pipeline stops there)."""
+        from tinylm.train.loop import run_training
+
+        folder = self.out / name
+        config = stage_config(name, self.config, folder, data, base)
+        settings = settings_of(config)
+        done = self.state.finished(name, settings)
+        if done is not None:
+            self.skipped.append(name)
+            self.say(f"== {name}: done ({done['checkpoint']}), skipped")
+            return done
+        began = name in self.state.steps
+        if list_checkpoints(folder) and not began:
+            raise TinyLMError(f"{folder} already holds a run this pipeline did not start: delete it or use another out")
+        resuming = began and bool(list_checkpoints(folder))
+        self.state.begin(name, settings, folder)
+        self.say(f"== {name}{': resuming' if resuming else ''} -> {folder}")
+        start = time.perf_counter()
+        try:
+            summary = run_training(config.replace(resume="latest") if resuming else config,
+                                   stage=stage_object(name))
+        finally:
+            self.state.note(name, wall_s=self.state.steps[name]["wall_s"] + time.perf_counter() - start)
+        self.ran.append(name)
+        if summary.stopped in STOPPED_EARLY or summary.checkpoint is None:
+            self.say(f"{name} {STOPPED_EARLY.get(summary.stopped, 'saved no checkpoint')}: run the pipeline "
+                     "again to resume it")
+            return None
+        return self.state.finish(name, checkpoint=summary.checkpoint, steps=summary.steps)
+
+    def evaluate(self, trained: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+        from tinylm.evaluate.report_card import write_report_card
+        from tinylm.evaluate.run import evaluate_checkpoint, record
+        from tinylm.evaluate.tasks import EvalOptions, parse_tasks
+
+        section = dict(self.config.section("eval"))
+        extra = list(section.pop("tasks", []))
+        specs = ["bpb", self.config.task, f"prefs:{self.config.task}", *extra]
+        options = EvalOptions(**{"seed": self.config.seed, **section})
+        settings = {"tasks": specs, "options": asdict(options),
+                    "checkpoints": {name: [r["checkpoint"], r["finished_at"]] for name, r in trained.items()}}
+        done = self.state.finished("eval", settings, derived=True)
+        if done is not None:
+            self.skipped.append("eval")
+            return done["scores"]
+        tasks = parse_tasks(",".join(specs))
+        self.state.begin("eval", settings, self.out)
+        scores = {}
+        start = time.perf_counter()
+        for name, record_ in trained.items():
+            self.say(f"== eval {name}: {record_['checkpoint']}")
+            evaluation = evaluate_checkpoint(record_["checkpoint"], tasks, options)
+            write_report_card(record(evaluation))
+            scores[name] = evaluation.scores()
+        self.ran.append("eval")
+        return self.state.finish("eval", scores=scores, wall_s=time.perf_counter() - start)["scores"]
+
+
+def run_pipeline(config: PipelineConfig, say: Callable[[str], None] = print, progress: bool = True
+                 ) -> PipelineResult:
+    """prepare -> the configured stages -> eval; skips what is done and resumes what was interrupted."""
+    start = time.perf_counter()
+    road = _Road(config, say, progress)
+    data = road.prepare()
+    trained: dict[str, dict[str, Any]] = {}
+    base: Path | None = None
+    for name in config.stages:
+        finished = road.train(name, data, base)
+        if finished is None:
+            return PipelineResult(str(road.out), [], time.perf_counter() - start, road.ran, road.skipped, name)
+        trained[name] = finished
+        base = Path(finished["checkpoint"])
+    scores = road.evaluate(trained)
+    rows = [{"stage": name, "checkpoint": r["checkpoint"], "steps": r["steps"], "wall_s": r["wall_s"],
+             "scores": scores.get(name, {})} for name, r in trained.items()]
+    steps = road.state.steps
+    total = sum(float(steps[s].get("wall_s", 0.0)) for s in ("prepare", *config.stages, "eval") if s in steps)
+    return PipelineResult(str(road.out), rows, total, road.ran, road.skipped)

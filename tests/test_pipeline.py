@@ -1,0 +1,155 @@
+"""`tinylm pipeline` on a micro road (seconds): every stage runs on the one engine into its own folder, the
+stage table holds every stage's scores, a second run skips everything, an interrupted stage resumes,
+changed settings and unknown keys are one line."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test_train_support import data_dir
+from tinylm.checkpoint import list_checkpoints, read_checkpoint_config
+from tinylm.cli import main
+from tinylm.pipeline.config import load_pipeline_config
+from tinylm.pipeline.run import run_pipeline
+from tinylm.pipeline.state import PipelineState
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+MICRO_ROAD = """
+task = "builtin:arith?digits=1&ops=+"
+seed = 3
+threads = 1
+
+[prepare]
+corpus = "{corpus}"
+vocab_size = 300
+dev_fraction = 0.2
+
+[pretrain]
+overrides = {{ vocab_size = 300, context_length = 64, n_embed = 32, n_head = 2, n_blocks = 1, n_kv_head = 1 }}
+batch_size = 4
+seq_len = 32
+max_steps = {pretrain_steps}
+warmup_steps = 1
+eval_every = 0
+eval_batches = 2
+checkpoint_every = 2
+log_every = 1
+
+[sft]
+batch_size = 4
+max_steps = 4
+warmup_steps = 1
+eval_every = 0
+train_examples = 32
+eval_examples = 4
+max_new_tokens = 4
+
+[dpo]
+batch_size = 4
+max_steps = 2
+warmup_steps = 0
+eval_every = 0
+train_examples = 16
+eval_examples = 4
+max_new_tokens = 4
+
+[grpo]
+batch_size = 2
+group_size = 2
+max_steps = 2
+eval_every = 0
+eval_examples = 4
+max_new_tokens = 4
+
+[eval]
+examples = 4
+batch_size = 4
+bpb_batches = 2
+max_new_tokens = 4
+"""
+
+
+def _road(tmp_path: Path, **changes: Any) -> Path:
+    corpus = data_dir().parent / "corpus"  # the training tests' small generated corpus
+    values = {"corpus": corpus, "pretrain_steps": 4, **changes}
+    file = tmp_path / "road.toml"
+    file.write_text(MICRO_ROAD.format(**values), encoding="utf-8")
+    return file
+
+
+def _pipeline(file: Path, out: Path) -> dict[str, Any]:
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["pipeline", str(file), "--out", str(out), "--no-progress", "--json"]) == 0
+    return json.loads(buffer.getvalue().strip().splitlines()[-1])
+
+
+def test_micro_pipeline_runs_every_stage_then_skips_them(tmp_path: Path) -> None:
+    out = tmp_path / "road"
+    result = _pipeline(_road(tmp_path), out)
+    assert [r["stage"] for r in result["rows"]] == ["pretrain", "sft", "dpo", "grpo"]
+    assert result["ran"] == ["prepare", "pretrain", "sft", "dpo", "grpo", "eval"]
+    task = "builtin:arith?digits=1&ops=+"
+    for row in result["rows"]:
+        assert {"bpb", task, f"prefs:{task}"} <= set(row["scores"])
+        assert (out / row["stage"] / "report.html").is_file()  # each stage's own card, with its eval scores
+        assert "preference_accuracy" in (out / row["stage"] / "report.md").read_text()
+    lineage = read_checkpoint_config(list_checkpoints(out / "grpo")[-1])["lineage"]
+    assert [link["stage"] for link in lineage] == ["pretrain", "sft", "dpo", "rl"]
+    card = (out / "report.md").read_text()
+    assert "## Stage table" in card and "| grpo |" in card
+    again = _pipeline(_road(tmp_path), out)
+    assert again["ran"] == [] and again["rows"] == result["rows"]
+
+
+def test_an_unfinished_stage_resumes_and_changed_settings_are_refused(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "road"
+    file = _road(tmp_path)
+    config = load_pipeline_config(str(file))
+    config.out, config.stages = str(out), ["pretrain"]
+    config.sections["pretrain"]["progress"] = False
+    run_pipeline(config, say=lambda line: None, progress=False)
+    state = PipelineState(out)
+    state.steps["pretrain"]["done"] = False  # as if killed after its step-2 checkpoint...
+    state.note("pretrain")
+    shutil.rmtree(list_checkpoints(out / "pretrain")[-1])  # ...before the final one
+    result = run_pipeline(config, say=lambda line: None, progress=False)
+    assert result.ran == ["pretrain", "eval"] and result.rows[0]["steps"] == 4
+    capsys.readouterr()
+    assert main(["pipeline", str(_road(tmp_path, pretrain_steps=6)), "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "pretrain finished with other settings (changed: max_steps)" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("[sft]\nlrr = 1\n", "[sft] unknown key 'lrr'"),
+    ("[sfft]\nlr = 1\n", "unknown table [sfft]"),
+    ("tsk = 'x'\n", "unknown key 'tsk'"),
+    ("[sft]\nbase = 'x'\n", "[sft] base is set by the pipeline"),
+    ("[grpo]\ngroup_size = 'four'\n", "[grpo] group_size = 'four': expected int"),
+    ("stages = ['pretrain', 'dpo']\n", "stages must be a prefix"),
+])
+def test_a_bad_pipeline_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
+                                         expected: str) -> None:
+    file = tmp_path / "bad.toml"
+    file.write_text(text, encoding="utf-8")
+    assert main(["pipeline", str(file), "--out", str(tmp_path / "road")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert expected in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "road").exists()
+
+
+def test_the_default_road_is_made_of_real_stage_options() -> None:
+    from tinylm.pipeline.config import DEFAULTS, parse_pipeline_config
+
+    config = parse_pipeline_config({k: dict(v) for k, v in DEFAULTS.items()})  # every key known, every type right
+    assert config.stages == ["pretrain", "sft", "dpo", "grpo"] and config.sections == DEFAULTS

@@ -1,0 +1,64 @@
+"""The report card: report.md and a self-contained report.html rebuilt from a run folder alone, with the
+model's parameter count, its lineage, the training figures, the curves as embedded PNGs and the eval scores."""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from eval_support import TASK, sft_run
+from tinylm.checkpoint import load_model
+from tinylm.cli import main
+from tinylm.errors import TinyLMError
+from tinylm.evaluate.report_card import REPORT_HTML, REPORT_MD, write_report_card
+from tinylm.train.metrics import read_metrics
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_card_shows_model_lineage_training_and_scores(tmp_path: Path) -> None:
+    run = Path(shutil.copytree(sft_run(), tmp_path / "sft"))
+    assert main(["eval", "--checkpoint", str(run), "--tasks", f"{TASK},prefs:{TASK}", "--examples", "4",
+                 "--max-new-tokens", "4"]) == 0  # eval appends its scores and rebuilds the card
+    markdown = (run / REPORT_MD).read_text()
+    model, _, _ = load_model(run)
+    assert f"| parameters | {model.num_params():,} |" in markdown
+    assert "pretrain -> sft" in markdown
+    steps = [r for r in read_metrics(run) if "tokens_per_s" in r]
+    assert f"| tokens | {steps[-1]['tokens']:,} |" in markdown
+    assert f"| sft step 6 | prefs:{TASK} | preference_accuracy |" in markdown
+    assert "## Samples" in markdown and "What is" in markdown
+    for name in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", markdown):
+        assert (run / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_html_is_self_contained(tmp_path: Path) -> None:
+    run = Path(shutil.copytree(sft_run(), tmp_path / "sft"))
+    page = write_report_card(run).read_text()
+    assert page == (run / REPORT_HTML).read_text()
+    assert not re.search(r"(src|href)=\"(?!data:)", page)  # nothing fetched: no links, no external images
+    images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert images and all(base64.b64decode(data).startswith(b"\x89PNG") for data in images)
+    assert "pretrain -&gt; sft" in page
+
+
+def test_report_run_rebuilds_the_card(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = Path(shutil.copytree(sft_run(), tmp_path / "sft"))
+    assert not (run / REPORT_MD).exists()
+    assert main(["report", "--run", str(run)]) == 0
+    assert f"report card: {run / REPORT_HTML}" in capsys.readouterr().out
+    assert (run / REPORT_MD).read_text().startswith("# sft: sft checkpoint step_00000006")
+    assert main(["report", "--run", str(tmp_path / "absent")]) == 1
+    assert "run folder not found" in capsys.readouterr().err
+
+
+def test_a_folder_that_is_not_a_run_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(TinyLMError, match="run folder not found"):
+        write_report_card(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TinyLMError, match="no checkpoint in"):
+        write_report_card(tmp_path / "empty")
