@@ -54,7 +54,7 @@ def hf_decode_tokens_per_s(model: nn.Module, new_tokens: int = 256, prompt_len: 
     """The same measurement with `transformers` `generate` (cached greedy) on the same weights, batch 1."""
     from tinylm.interop.hf import to_hf_model
 
-    hf = to_hf_model(model).eval()
+    hf = to_hf_model(model).to(next(model.parameters()).dtype).eval()  # the same weight dtype as ours
     ids = torch.tensor(_prompt(model, prompt_len, 1), device=next(model.parameters()).device)
     hf = hf.to(ids.device)
     options = dict(do_sample=False, use_cache=True, pad_token_id=0, eos_token_id=None)
