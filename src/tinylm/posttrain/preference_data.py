@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.errors import TinyLMError
-from tinylm.posttrain.sft_data import HF_PREFIX, ON_ERROR, RowError, _checked, _hf_rows, _jsonl_rows
+from tinylm.posttrain.sft_data import HF_PREFIX, ON_ERROR, RowError, _checked, _hf_rows, _jsonl_rows, collect_rows
 from tinylm.tasks.registry import PREFIX as BUILTIN_PREFIX
 
 Message = dict[str, str]
@@ -133,19 +133,8 @@ def row_from_json(row: Any) -> PreferenceRow:
 
 
 def _collect(spec: str, rows: Iterable[tuple[str, Any]], on_error: str, limit: int | None) -> PreferenceData:
-    loaded = PreferenceData(spec, [])
-    for where, row in rows:
-        if limit is not None and len(loaded) >= limit:
-            break
-        try:
-            if isinstance(row, RowError):
-                raise row
-            loaded.rows.append(row_from_json(row))
-        except RowError as error:
-            if on_error == "stop":
-                raise TinyLMError(f"{where}: {error} (--on-error skip skips such rows)") from None
-            loaded.skipped.append(f"{where}: {error}")
-    return loaded
+    pairs, skipped = collect_rows(rows, row_from_json, on_error, limit)
+    return PreferenceData(spec, pairs, skipped)
 
 
 def load_preferences(spec: str, split: str = "train", *, seed: int = 0, limit: int | None = None,
