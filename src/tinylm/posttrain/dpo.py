@@ -32,7 +32,6 @@ from tinylm.posttrain.reference import (
     reference_logprobs,
 )
 from tinylm.posttrain.sequence_logprobs import pair_logprobs
-from tinylm.train.distributed import all_reduce_sum
 from tinylm.train.stage import Batch, StageContext, StageLoss
 
 HYPER_PARAMETERS = ("beta", "gamma", "lam", "label_smoothing", "desirable_weight", "undesirable_weight")
@@ -167,26 +166,14 @@ class DPOStage(PairStage):
         return StageLoss(out.losses.sum(), metrics)
 
     # ---- evaluation -------------------------------------------------------------------------------
-    @torch.no_grad()
     def held_out_scores(self, model: nn.Module) -> dict[str, float]:
         """Means over the held-out pairs of EVAL_SUMS (preference accuracy: implicit reward margin > 0)."""
-        ctx = self.ctx
-        totals = torch.zeros(len(EVAL_SUMS) + 1, dtype=torch.float64, device=ctx.device)
-        was_training = model.training
-        model.eval()
-        try:
-            for batch in self.dev_batches():
-                with autocast(ctx.device, ctx.dtype):
-                    out, p = self.pair_losses(model, batch)
-                margin = out.chosen_rewards - out.rejected_rewards
-                sums = [out.losses.sum(), (margin > 0).sum(), margin.sum(), (p.chosen > p.rejected).sum()]
-                totals += torch.stack([*sums, torch.tensor(len(margin), device=ctx.device)]).double()
-        finally:
-            model.train(was_training)
-        all_reduce_sum(totals, ctx.env)
-        if totals[-1] == 0:
-            return {}
-        return {f"dev_{name}": float(totals[i] / totals[-1]) for i, name in enumerate(EVAL_SUMS)}
+        def sums(model: nn.Module, batch: Batch) -> list[torch.Tensor]:
+            out, p = self.pair_losses(model, batch)
+            margin = out.chosen_rewards - out.rejected_rewards
+            return [out.losses.sum(), (margin > 0).sum(), margin.sum(), (p.chosen > p.rejected).sum()]
+
+        return self.held_out_means(model, EVAL_SUMS, sums)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         result = self.held_out_scores(model)

@@ -9,15 +9,19 @@ torchrun equal one big batch. The base, the chat tokens, LoRA and the lineage ar
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
+from tinylm.device import autocast
 from tinylm.errors import TinyLMError
 from tinylm.posttrain.from_base import FromBaseStage, PostTrainConfig, held_out
 from tinylm.posttrain.pair_rows import EncodedPairs, encode_pairs
 from tinylm.posttrain.preference_data import PreferenceRow, load_preferences
+from tinylm.train.distributed import all_reduce_sum
 from tinylm.train.stage import Batch
 
 
@@ -113,6 +117,28 @@ class PairStage(FromBaseStage):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state)
+
+    @torch.no_grad()
+    def held_out_means(self, model: nn.Module, names: tuple[str, ...],
+                       batch_sums: Callable[[nn.Module, Batch], list[torch.Tensor]]) -> dict[str, float]:
+        """{"dev_" + name: mean over every held-out pair} of the per-pair sums `batch_sums` gives for a batch
+        (one value per name), in eval mode, each rank a share, all-reduced."""
+        ctx = self.ctx
+        totals = torch.zeros(len(names) + 1, dtype=torch.float64, device=ctx.device)
+        was_training = model.training
+        model.eval()
+        try:
+            for batch in self.dev_batches():
+                with autocast(ctx.device, ctx.dtype):
+                    sums = batch_sums(model, batch)
+                pairs = torch.tensor(len(batch["chosen_ids"]), device=ctx.device)
+                totals += torch.stack([*(t.double() for t in sums), pairs.double()])
+        finally:
+            model.train(was_training)
+        all_reduce_sum(totals, ctx.env)
+        if totals[-1] == 0:
+            return {}
+        return {f"dev_{name}": float(totals[i] / totals[-1]) for i, name in enumerate(names)}
 
     def dev_batches(self) -> list[dict[str, torch.Tensor]]:
         """This rank's share of the held-out rows, in batches, on the device."""

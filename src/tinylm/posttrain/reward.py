@@ -19,12 +19,10 @@ import torch
 from torch import nn
 
 from tinylm.checkpoint import checkpoint_model_config, read_checkpoint_config, read_weights, resolve_checkpoint
-from tinylm.device import autocast
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.posttrain.preference_stage import PairStage, PreferenceConfig
 from tinylm.posttrain.reward_model import RewardModel, bradley_terry_loss, pair_scores
-from tinylm.train.distributed import all_reduce_sum
 from tinylm.train.stage import Batch, StageLoss
 
 EVAL_SUMS = ("loss", "accuracy", "margin")
@@ -87,26 +85,14 @@ class RewardStage(PairStage):
                    "reward_margin": margin.sum(), "reward_accuracy": (margin > 0).float().sum()}
         return StageLoss(losses.sum(), metrics)
 
-    @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Held-out Bradley-Terry loss, preference accuracy (r_w > r_l) and mean margin r_w - r_l."""
-        ctx = self.ctx
-        totals = torch.zeros(len(EVAL_SUMS) + 1, dtype=torch.float64, device=ctx.device)
-        was_training = model.training
-        model.eval()
-        try:
-            for batch in self.dev_batches():
-                with autocast(ctx.device, ctx.dtype):
-                    losses, chosen, rejected = self.pair_losses(model, batch)
-                margin = chosen - rejected
-                totals += torch.stack([losses.sum(), (margin > 0).sum(), margin.sum(),
-                                       torch.tensor(len(margin), device=ctx.device)]).double()
-        finally:
-            model.train(was_training)
-        all_reduce_sum(totals, ctx.env)
-        if totals[-1] == 0:
-            return {}
-        return {f"dev_{name}": float(totals[i] / totals[-1]) for i, name in enumerate(EVAL_SUMS)}
+        def sums(model: nn.Module, batch: Batch) -> list[torch.Tensor]:
+            losses, chosen, rejected = self.pair_losses(model, batch)
+            margin = chosen - rejected
+            return [losses.sum(), (margin > 0).sum(), margin.sum()]
+
+        return self.held_out_means(model, EVAL_SUMS, sums)
 
     def checkpoint_meta(self) -> dict[str, Any]:
         meta = {**super().checkpoint_meta(), "reward_head": "score", "margin": self.ctx.cfg.margin}  # type: ignore
