@@ -56,9 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinylm.commands.preference_options import run_stage
+    from tinylm.commands.preference_options import print_summary
+    from tinylm.commands.stage_run import run_stage
     from tinylm.posttrain.dpo import DPOConfig, DPOStage
 
     fields = set(_defaults())
     config = DPOConfig(**{k: v for k, v in vars(args).items() if k in fields})
-    return run_stage(args, config, DPOStage(), _defaults(), SHOWN)
+    return run_stage(args, config, DPOStage(), _defaults(),
+                     lambda summary: print_summary(summary, SHOWN))

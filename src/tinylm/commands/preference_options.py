@@ -62,16 +62,3 @@ def print_summary(summary: Any, shown: tuple[tuple[str, str, str], ...]) -> None
     if summary.sample:
         print("held-out samples:\n" + summary.sample)
     sys.stdout.flush()
-
-
-def run_stage(args: argparse.Namespace, config: Any, stage: Any, defaults: dict[str, Any],
-              shown: tuple[tuple[str, str, str], ...]) -> int:
-    from tinylm.commands.train import explicit_options, resumed_config
-    from tinylm.train.loop import run_training
-
-    if config.resume is not None:
-        config = resumed_config(config, explicit_options(args, defaults), stage.run_name(config))
-    summary = run_training(config, stage=stage)
-    if int(os.environ.get("RANK", "0")) == 0:
-        print_summary(summary, shown)
-    return {"nan": 1, "interrupted": 130}.get(summary.stopped, 0)

@@ -104,15 +104,8 @@ def _print_summary(summary: Any, before: dict[str, float]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tinylm.commands.sft import _first_evaluation
-    from tinylm.commands.train import explicit_options, resumed_config
+    from tinylm.commands.stage_run import run_stage
     from tinylm.posttrain.rl import RLStage
-    from tinylm.train.loop import run_training
 
-    config = config_from_args(args)
-    stage = RLStage()
-    if config.resume is not None:
-        config = resumed_config(config, explicit_options(args, _defaults()), stage.run_name(config))
-    summary = run_training(config, stage=stage)
-    if int(os.environ.get("RANK", "0")) == 0:
-        _print_summary(summary, _first_evaluation(summary.run_dir))
-    return {"nan": 1, "interrupted": 130}.get(summary.stopped, 0)
+    return run_stage(args, config_from_args(args), RLStage(), _defaults(),
+                     lambda summary: _print_summary(summary, _first_evaluation(summary.run_dir)))

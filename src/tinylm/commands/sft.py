@@ -117,15 +117,8 @@ def _first_evaluation(run_dir: str) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinylm.commands.train import explicit_options, resumed_config
+    from tinylm.commands.stage_run import run_stage
     from tinylm.posttrain.sft import SFTStage
-    from tinylm.train.loop import run_training
 
-    config = config_from_args(args)
-    stage = SFTStage()
-    if config.resume is not None:
-        config = resumed_config(config, explicit_options(args, _defaults()), stage.run_name(config))
-    summary = run_training(config, stage=stage)
-    if int(os.environ.get("RANK", "0")) == 0:
-        _print_summary(summary, _first_evaluation(summary.run_dir))
-    return {"nan": 1, "interrupted": 130}.get(summary.stopped, 0)
+    return run_stage(args, config_from_args(args), SFTStage(), _defaults(),
+                     lambda summary: _print_summary(summary, _first_evaluation(summary.run_dir)))

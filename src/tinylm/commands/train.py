@@ -193,12 +193,7 @@ def resumed_config(config: Any, explicit: set[str], run_name: tuple[str, str] | 
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinylm.train.loop import run_training
+    from tinylm.commands.stage_run import run_stage
+    from tinylm.train.pretrain import PretrainStage
 
-    config = config_from_args(args)
-    if config.resume is not None:
-        config = resumed_config(config, explicit_options(args))
-    summary = run_training(config)
-    if int(os.environ.get("RANK", "0")) == 0:
-        _print_summary(summary)
-    return {"nan": 1, "interrupted": 130}.get(summary.stopped, 0)
+    return run_stage(args, config_from_args(args), PretrainStage(), _defaults(), _print_summary)
