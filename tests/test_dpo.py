@@ -19,7 +19,9 @@ from test_train_support import losses, rows
 from tinylm.checkpoint import list_checkpoints, load_model
 from tinylm.cli import main
 from tinylm.posttrain.dpo import DPOConfig, DPOStage
-from tinylm.posttrain.preference_losses import LOSSES
+from tinylm.posttrain.kto_step import REFERENCE_POINT
+from tinylm.posttrain.preference_losses import LOSSES, kto_ratio_sums, kto_reference_point
+from tinylm.posttrain.sequence_logprobs import pair_logprobs
 from tinylm.train.distributed import DistEnv
 from tinylm.train.loop import run_training
 from tinylm.train.stage import StageContext
@@ -109,38 +111,82 @@ def gradients(model: torch.nn.Module) -> list[torch.Tensor]:
     return grads
 
 
-@pytest.mark.parametrize("name", list(LOSSES))
+def mixed_kto_rows(path: Path) -> Path:
+    """Pairs and one-sided rows of both labels: KTO's micro-batches then hold different numbers of sides."""
+    lines: list[Any] = []
+    for a in range(40):
+        prompt = f"What is {a} + 1?"
+        lines.append({"prompt": prompt, "chosen": str(a + 1), "rejected": str(a + 2)} if a % 3 == 0 else
+                     {"prompt": prompt, "completion": str(a + 1 + (a % 2)), "label": a % 2 == 0})
+    return _write(path, lines)
+
+
+def move_away_from_the_reference(model: torch.nn.Module, batch: dict[str, torch.Tensor], up: bool) -> None:
+    """Noise on every weight, so every log-ratio is live; with `up`, then one small step up the answers'
+    likelihood, so KTO's z_0 (the log-ratios' mean, clamped at 0) is positive rather than clamped."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    if not up:
+        return
+    chosen, rejected, _, _ = pair_logprobs(model, batch)
+    ((chosen * batch["chosen_present"]).sum() + (rejected * batch["rejected_present"]).sum()).backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p.add_(p.grad * 0.002)
+    model.zero_grad(set_to_none=True)
+
+
+@pytest.mark.parametrize("name", [*LOSSES, "kto_unpaired"])
 def test_accumulating_micro_batches_equals_one_big_batch(tmp_path: Path, name: str) -> None:
-    stage, model = ready_stage(tmp_path / name, loss=name, batch_size=6)
-    if name != "kto":  # move the policy away from pi_ref, so every term of the loss is live
-        with torch.no_grad():  # (KTO's z_0 is a batch statistic, as in the paper: equal only at pi = pi_ref)
-            for p in model.parameters():
-                p.add_(torch.randn_like(p) * 0.02)
+    """At pi != pi_ref, for every loss: KTO's z_0 is the step's (DPOStage.begin_step), not each micro-batch's."""
+    data = {"data": str(mixed_kto_rows(tmp_path / "rows.jsonl"))} if name == "kto_unpaired" else {}
+    loss = name.removesuffix("_unpaired")
+    stage, model = ready_stage(tmp_path / name, loss=loss, batch_size=6, **data)
     big = stage.next_batch()
     micro = [{k: v[i:i + 2] for k, v in big.items()} for i in (0, 2, 4)]
+    move_away_from_the_reference(model, big, up=loss == "kto")
     cpu = torch.device("cpu")
+    stage.begin_step(model, [big])  # what the engine does before a step's first backward
     one, _ = accumulate_gradients(model, [big], stage.loss, 6, 1, cpu, torch.float32)
     g_one = gradients(model)
+    stage.begin_step(model, micro)
     three, _ = accumulate_gradients(model, micro, stage.loss, 6, 1, cpu, torch.float32)
     g_three = gradients(model)
     assert float(three) == pytest.approx(float(one), abs=1e-6)
     assert g_one and all(torch.allclose(a, b, atol=1e-6, rtol=0) for a, b in zip(g_one, g_three, strict=True))
     assert any(float(g.abs().max()) > 1e-4 for g in g_one)  # there is a gradient to compare
+    if loss == "kto":
+        z0 = float(big[REFERENCE_POINT])
+        assert z0 > 1e-3 and all(float(b[REFERENCE_POINT]) == pytest.approx(z0, abs=1e-9) for b in micro)
+        with torch.no_grad():  # each micro-batch's own z_0 (trl's per-batch estimate) would have differed
+            own = [float(kto_reference_point(kto_ratio_sums(stage.pair_logps(model, b)))) for b in micro]
+        assert max(abs(z - z0) for z in own) > 1e-3, own
+        if name == "kto_unpaired":
+            assert 0 < float(big["chosen_present"].sum() + big["rejected_present"].sum()) < 12  # one-sided rows
 
 
-def test_grad_accum_run_equals_the_big_batch_run(tmp_path: Path) -> None:
-    run_training(dpo_config(tmp_path / "big", batch_size=4), stage=DPOStage())
-    run_training(dpo_config(tmp_path / "accum", batch_size=2, grad_accum=2), stage=DPOStage())
+@pytest.mark.parametrize("name", ["dpo", "kto"])
+def test_grad_accum_run_equals_the_big_batch_run(tmp_path: Path, name: str) -> None:
+    run_training(dpo_config(tmp_path / "big", loss=name, batch_size=4), stage=DPOStage())
+    run_training(dpo_config(tmp_path / "accum", loss=name, batch_size=2, grad_accum=2), stage=DPOStage())
     assert losses(tmp_path / "accum") == pytest.approx(losses(tmp_path / "big"), abs=1e-6)
 
 
-def test_torchrun_two_processes_equal_one(tmp_path: Path) -> None:
-    run_training(dpo_config(tmp_path / "single", batch_size=4), stage=DPOStage())
-    result = torchrun(*dpo_args(tmp_path / "ddp", "--batch-size", "2", "--max-steps", "4"))
+@pytest.mark.parametrize("name", ["dpo", "kto"])
+def test_torchrun_two_processes_equal_one(tmp_path: Path, name: str) -> None:
+    run_training(dpo_config(tmp_path / "single", loss=name, batch_size=4), stage=DPOStage())
+    result = torchrun(*dpo_args(tmp_path / "ddp", "--batch-size", "2", "--max-steps", "4", "--loss", name))
     assert result.returncode == 0, result.stderr[-3000:]
     assert losses(tmp_path / "ddp") == pytest.approx(losses(tmp_path / "single"), abs=1e-5)
     dev = [[r["dev_margin"] for r in rows(tmp_path / run) if "dev_margin" in r] for run in ("single", "ddp")]
     assert dev[0] == pytest.approx(dev[1], abs=1e-5)
+    if name == "kto":  # the step's z_0 and the held-out loss (the held-out set's z_0) agree too
+        for key in ("kto_z0", "dev_loss"):
+            got = [[r[key] for r in rows(tmp_path / run) if key in r] for run in ("single", "ddp")]
+            assert got[0] and got[0] == pytest.approx(got[1], abs=1e-5)
 
 
 def test_dpo_resume_is_bit_exact(tmp_path: Path) -> None:

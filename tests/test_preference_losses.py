@@ -12,7 +12,14 @@ import pytest
 import torch
 
 from tinylm.errors import TinyLMError
-from tinylm.posttrain.preference_losses import LOSSES, PairLogps, pair_loss, resolve
+from tinylm.posttrain.preference_losses import (
+    LOSSES,
+    PairLogps,
+    kto_ratio_sums,
+    kto_reference_point,
+    pair_loss,
+    resolve,
+)
 
 REFERENCE_LOSSES = [name for name, spec in LOSSES.items() if spec.needs_reference]
 FREE_LOSSES = [name for name, spec in LOSSES.items() if not spec.needs_reference]
@@ -209,6 +216,31 @@ def test_unpaired_kto_counts_only_the_present_sides() -> None:
     rho_w = p.chosen - p.ref_chosen
     torch.testing.assert_close(pair_loss("kto", only_w, k).losses, 1 - torch.sigmoid(0.2 * (rho_w - 0.1)),
                                rtol=0, atol=1e-12)
+
+
+def test_kto_reference_point_from_added_sums_is_the_whole_batchs() -> None:
+    """z_0 of the added sums of any split of a batch (one-sided rows included) is the whole batch's mean
+    log-ratio over its present sides: what lets the DPO stage share one z_0 over a step's micro-batches."""
+    p = pairs(n=7, seed=13)
+    has_w = torch.tensor([1, 1, 0, 1, 1, 0, 1], dtype=torch.float64)
+    has_l = torch.tensor([1, 0, 1, 1, 0, 1, 1], dtype=torch.float64)
+    ref_w, ref_l = p.chosen - 0.4 * torch.arange(7), p.rejected - 0.1  # positive log-ratios: z_0 is not clamped
+
+    def part(rows: slice) -> PairLogps:
+        return PairLogps(p.chosen[rows], p.rejected[rows], p.chosen_tokens[rows], p.rejected_tokens[rows],
+                         ref_w[rows], ref_l[rows], has_w[rows], has_l[rows])
+
+    whole = part(slice(0, 7))
+    rho_w, rho_l = (p.chosen - ref_w).numpy(), (p.rejected - ref_l).numpy()
+    rho = np.concatenate([rho_w[has_w.numpy() == 1], rho_l[has_l.numpy() == 1]])  # the present sides only
+    z0 = kto_reference_point(kto_ratio_sums(whole))
+    assert float(z0) == pytest.approx(float(rho.mean()), abs=1e-12) and float(z0) > 0
+    split = kto_ratio_sums(part(slice(0, 2))) + kto_ratio_sums(part(slice(2, 3))) + kto_ratio_sums(part(slice(3, 7)))
+    assert float(kto_reference_point(split)) == pytest.approx(float(z0), abs=1e-12)
+    assert float(kto_reference_point(kto_ratio_sums(part(slice(0, 2))))) != pytest.approx(float(z0), abs=1e-3)
+    assert float(kto_reference_point(-split)) == 0.0  # a negative mean clamps to 0
+    torch.testing.assert_close(pair_loss("kto", whole, PARAMS["kto"]).losses,
+                               pair_loss("kto", whole, {**PARAMS["kto"], "reference_point": z0}).losses, rtol=0, atol=0)
 
 
 def test_bad_names_and_hyper_parameters_are_one_line() -> None:

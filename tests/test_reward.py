@@ -15,7 +15,7 @@ import torch
 from test_ddp import torchrun
 from test_sft import TASK, base_run
 from test_train_support import losses, rows
-from tinylm.checkpoint import list_checkpoints
+from tinylm.checkpoint import list_checkpoints, read_weights
 from tinylm.cli import main
 from tinylm.posttrain.reward import RewardConfig, RewardStage, load_reward_model, score_answers
 from tinylm.posttrain.reward_model import bradley_terry_loss, pair_scores
@@ -124,6 +124,48 @@ def test_checkpoint_loads_back_and_exports_to_transformers_with_equal_scores(tmp
     dev = stage._pairs(stage.ctx.cfg)[1][:6]  # the same pairs as text: what RL scores its rollouts with
     scored = score_answers(model, stage.chat, [list(r.prompt) for r in dev], [r.chosen for r in dev])
     torch.testing.assert_close(scored, chosen, atol=1e-5, rtol=0)
+
+
+def test_a_lora_reward_run_loads_exports_and_rewards_rl_as_the_model_that_trained(tmp_path: Path) -> None:
+    """`tinylm reward --lora-rank`: the checkpoint holds adapters and the head only; it loads (adapters merged into
+    its base) scoring as the adapter model that trained, exports to transformers with equal scores (1e-5), and
+    serves as RL's reward model."""
+    transformers = pytest.importorskip("transformers")
+    from test_rl import rl_config
+    from tinylm.posttrain.lora import lora_modules
+    from tinylm.posttrain.rl import RLStage
+
+    summary = run_training(reward_config(tmp_path / "rm", max_steps=3, lora_rank=2, compile="off"), stage=RewardStage())
+    ckpt = Path(summary.checkpoint)
+    stored = read_weights(ckpt)
+    assert "score.weight" in stored and any(k.endswith(".lora_B") for k in stored)
+    assert not any(k.endswith("proj.weight") for k in stored)  # adapter-only: the base is named, not copied
+    stage = RewardStage()  # the model as the run held it: the base, unmerged adapters and head, from the checkpoint
+    stage.setup(StageContext(cfg=reward_config(tmp_path / "again", lora_rank=2, compile="off"), env=DistEnv(),
+                             device=torch.device("cpu"), dtype=torch.float32, run_dir=tmp_path / "again",
+                             resume=ckpt, start_from=None, say=lambda line: None))
+    trained = stage.build_model().eval()
+    loaded, _, meta = load_reward_model(ckpt)
+    assert list(lora_modules(trained)) and not list(lora_modules(loaded)) and "reward_adapter" in meta
+    assert any(float(p.abs().max()) > 0 for k, p in stored.items() if k.endswith(".lora_B"))  # the adapters moved
+    batch = {k: v[:6] for k, v in stage.dev_rows.tensors.items()}
+    with torch.no_grad():
+        chosen, rejected = pair_scores(loaded, batch)
+        for ours, theirs in zip(pair_scores(trained, batch), (chosen, rejected), strict=True):
+            torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
+    assert float((chosen - rejected).abs().max()) > 0
+
+    out = tmp_path / "hf"
+    assert main(["export", "--checkpoint", str(ckpt), "--out", str(out)]) == 0
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(out, dtype=torch.float32).eval()
+    with torch.no_grad():
+        exported = hf(input_ids=batch["chosen_ids"]).logits.squeeze(-1)
+    torch.testing.assert_close(exported, chosen, atol=1e-5, rtol=0)
+
+    run_training(rl_config(tmp_path / "rl", "grpo", max_steps=1, reward=f"model:{ckpt}"), stage=RLStage())
+    logged = [r for r in rows(tmp_path / "rl") if "reward" in r]
+    assert logged and all(r["reward_failures"] == 0 and math.isfinite(r["reward"]) for r in logged)
+    assert all(r["reward"] != round(r["reward"] * 6) / 6 for r in logged)  # real-valued scores, not a 0/1 verifier
 
 
 def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

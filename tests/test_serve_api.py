@@ -164,21 +164,53 @@ def test_echo_gives_the_prompt_log_likelihood(server, client: openai.OpenAI) -> 
         assert reply.usage.prompt_tokens == len(ids) and reply.usage.completion_tokens == 0
 
 
+def test_a_batch_of_token_id_prompts_echoes_every_prompts_log_probs(server, client: openai.OpenAI) -> None:
+    """The legacy schema for each prompt of a batch: parallel `tokens`, `token_logprobs` (the first one null),
+    `top_logprobs` and `text_offset`, then the one new token; a prompt that fills the window is scored with
+    max_tokens 0, and refused when it asks for a token it has no room for."""
+    url, served, _ = server
+    texts = ["class Point:\n    x: int = 0\n", "def add(a, b):", "print('x')\n    return a + b\n"]
+    prompts = [served.tokenizer.encode(text) for text in texts]
+    reply = client.completions.create(model="micro", prompt=prompts, max_tokens=1, echo=True, logprobs=2,
+                                      temperature=0)
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+    for choice, text, ids in zip(reply.choices, texts, prompts, strict=True):
+        logprobs, expected, n = choice.logprobs, log_softmax_of(served, ids), len(ids)
+        assert choice.text.startswith(text) and len(logprobs.tokens) == n + 1
+        assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+        chosen = expected[:-1].gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+        assert logprobs.token_logprobs[1:n] == pytest.approx(chosen.tolist(), abs=1e-5)
+        assert logprobs.token_logprobs[n] == pytest.approx(float(expected[-1].max()), abs=1e-5)  # greedy token
+        for top, row in zip(logprobs.top_logprobs[1:], expected, strict=True):
+            assert sorted(top.values(), reverse=True) == pytest.approx(row.topk(2).values.tolist(), abs=1e-5)
+        assert "".join(logprobs.tokens[:n]) == text
+        assert logprobs.text_offset == [len("".join(logprobs.tokens[:i])) for i in range(n + 1)]
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (sum(map(len, prompts)), 3)
+    full = [served.tokenizer.encode(texts[0] * 8)[: served.window]]
+    scored = client.completions.create(model="micro", prompt=full, max_tokens=0, echo=True, logprobs=1)
+    assert len(scored.choices[0].logprobs.token_logprobs) == served.window
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model="micro", prompt=full, max_tokens=1, echo=True, logprobs=1)
+    assert refused.value.body["code"] == "context_length_exceeded"
+
+
 def test_lm_evals_own_parser_reads_our_echo_replies(server) -> None:
-    """lm-eval's `local-completions` asks for echo + 1 token + logprobs=1 and reads token_logprobs[ctxlen:-1]:
-    through its own parser, the continuation's log-likelihood and greediness equal the in-process ones."""
+    """lm-eval's `local-completions` sends a batch of token-id prompts with echo + 1 token + logprobs=1 and reads
+    token_logprobs[ctxlen:-1]: through its own parser, each continuation's log-likelihood and greediness equal
+    the in-process ones."""
     completions = pytest.importorskip("lm_eval.models.openai_completions")
     url, served, _ = server
-    context, continuation = served.tokenizer.encode("class Point:"), served.tokenizer.encode("\n    x: int")
-    body = {"model": "micro", "prompt": context + continuation, "temperature": 0, "max_tokens": 1, "logprobs": 1,
-            "seed": 1234, "echo": True}
+    pairs = [("class Point:", "\n    x: int"), ("def add(a, b):", "\n    return a + b"), ("print(", "'x')")]
+    pairs = [(served.tokenizer.encode(c), served.tokenizer.encode(x)) for c, x in pairs]
+    body = {"model": "micro", "prompt": [c + x for c, x in pairs], "temperature": 0, "max_tokens": 1,
+            "logprobs": 1, "seed": 1234, "echo": True}
     reply = httpx.post(url + "/v1/completions", json=body, timeout=30).json()
-    [(loglikelihood, greedy)] = completions.LocalCompletionsAPI.parse_logprobs(reply, ctxlens=[len(context)])
-    logprobs = log_softmax_of(served, context + continuation)
-    targets = torch.tensor(continuation)
-    expected = logprobs[len(context) - 1 : -1].gather(1, targets[:, None]).sum()
-    assert loglikelihood == pytest.approx(float(expected), abs=1e-5)
-    assert greedy == bool((logprobs[len(context) - 1 : -1].argmax(-1) == targets).all())
+    parsed = completions.LocalCompletionsAPI.parse_logprobs(reply, ctxlens=[len(c) for c, _ in pairs])
+    for (loglikelihood, greedy), (context, continuation) in zip(parsed, pairs, strict=True):
+        logprobs = log_softmax_of(served, context + continuation)[len(context) - 1 : -1]
+        targets = torch.tensor(continuation)
+        assert loglikelihood == pytest.approx(float(logprobs.gather(1, targets[:, None]).sum()), abs=1e-5)
+        assert greedy == bool((logprobs.argmax(-1) == targets).all())
 
 
 def test_multibyte_characters_are_never_split_across_chunks(tmp_path: Path) -> None:
@@ -213,6 +245,9 @@ def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(server, cli
         (422, lambda: client.completions.create(**{**good, "max_tokens": -1})),
         (400, lambda: client.chat.completions.create(model="micro", messages=[])),
         (400, lambda: client.completions.create(**{**good, "prompt": "word " * 200})),
+        (400, lambda: client.completions.create(**{**good, "prompt": [[1, 2], [10**6]]})),
+        (422, lambda: client.completions.create(**{**good, "prompt": [[1, 2], "x"]})),
+        (422, lambda: client.completions.create(**{**good, "logprobs": 21})),
         (422, lambda: client.completions.create(**{**good, "temperature": -1})),
         (422, lambda: client.completions.create(**{**good, "seed": 2**70})),
         (400, lambda: client.chat.completions.create(model="micro", messages=[{"role": "assistant", "content": "x"}])),

@@ -414,10 +414,11 @@ def load_weights(model: nn.Module, path: Path) -> None:
     model.load_state_dict(full_state_dict(model, stored, path), strict=True)
 
 
-def adapter_parts(path: Path, adapter: dict[str, Any]
+def adapter_parts(path: Path, adapter: dict[str, Any], prefix: str = ""
                   ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], float]:
     """An adapter-only checkpoint as (the weights its adapters apply to: the base's, then the matrices it
-    trained whole; the A and B tensors; the scale)."""
+    trained whole; the A and B tensors; the scale). `prefix` is where the base's names sit in the stored
+    model's (a reward model stores its language model as `backbone.*`, beside its own head)."""
     base_name = adapter.get("base")
     try:
         scale = float(adapter["scale"])
@@ -431,14 +432,14 @@ def adapter_parts(path: Path, adapter: dict[str, Any]
     whole = {k: v for k, v in stored.items() if k not in lora}
     base_adapter = read_checkpoint_config(base).get("adapter")  # a LoRA run on top of a LoRA run
     base_weights = read_weights(base) if base_adapter is None else adapter_weights(base, base_adapter)
-    return {**base_weights, **whole}, lora, scale
+    return {**{prefix + k: v for k, v in base_weights.items()}, **whole}, lora, scale
 
 
-def adapter_weights(path: Path, adapter: dict[str, Any]) -> dict[str, torch.Tensor]:
+def adapter_weights(path: Path, adapter: dict[str, Any], prefix: str = "") -> dict[str, torch.Tensor]:
     """The full weights of an adapter-only checkpoint: W + s B A on top of `adapter_parts`' base."""
     from tinylm.models.lora_merge import merged_weights
 
-    return merged_weights(*adapter_parts(path, adapter))
+    return merged_weights(*adapter_parts(path, adapter, prefix))
 
 
 def load_train_state(path: Path) -> dict[str, Any]:

@@ -9,7 +9,8 @@ every position and read the logit at the last token that is not `pad_token_id`; 
 hidden state at the last real token. With `pad_token_id` = our end-of-text token, which pads the rows
 and otherwise only opens a conversation, the two pick the same token: the exported scores equal ours
 (tests/test_reward_export.py: 1e-5 in float32). The backbone mapping is the causal-LM export's
-(interop/hf.py); only the head differs, so no language-model head is written.
+(interop/hf.py); only the head differs, so no language-model head is written. A LoRA reward run's
+checkpoint (adapters only) exports with its adapters folded into its base's weights: a plain model.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ import torch
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.interop.hf import MODEL_TYPES, hf_architecture, hf_config_dict, to_hf_weights
+from tinylm.posttrain.reward_model import BACKBONE
 
 SEQUENCE_CLASSIFICATION = {
     "LlamaForCausalLM": "LlamaForSequenceClassification", "MistralForCausalLM": "MistralForSequenceClassification",
     "Qwen3ForCausalLM": "Qwen3ForSequenceClassification", "GPT2LMHeadModel": "GPT2ForSequenceClassification",
 }
 SCORE = "score.weight"
-BACKBONE = "backbone."
 
 
 def reward_architecture(config: ModelConfig) -> str:
@@ -75,16 +76,16 @@ def write_reward_folder(folder: str | Path, weights: dict[str, torch.Tensor], co
 
 def export_reward_checkpoint(checkpoint: str | Path, out: str | Path) -> tuple[Path, str]:
     """Write `out` from a reward checkpoint (or the newest one of a run); return (out, transformers class)."""
-    from tinylm.checkpoint import TOKENIZER, read_checkpoint_config, read_weights, resolve_checkpoint
+    from tinylm.checkpoint import TOKENIZER, read_checkpoint_config, resolve_checkpoint
     from tinylm.interop.hf_tokenizer import write_hf_tokenizer
     from tinylm.interop.output_folder import output_folder
     from tinylm.models.factory import build_model
-    from tinylm.posttrain.reward_model import RewardModel
+    from tinylm.posttrain.reward_model import RewardModel, reward_checkpoint_weights
 
     ckpt = resolve_checkpoint(checkpoint)
     meta = read_checkpoint_config(ckpt)
-    if meta.get("reward_head") != "score" or "reward_adapter" in meta:
-        raise TinyLMError(f"{ckpt} is not a full reward model checkpoint (tinylm reward without --lora-rank)")
+    if meta.get("reward_head") != "score":
+        raise TinyLMError(f"{ckpt} is not a reward model checkpoint (written by tinylm reward)")
     config = ModelConfig.from_dict(meta["model"])
     architecture = reward_architecture(config)
     if not (ckpt / TOKENIZER).is_file():
@@ -93,7 +94,7 @@ def export_reward_checkpoint(checkpoint: str | Path, out: str | Path) -> tuple[P
 
     with torch.device("meta"):
         shapes = RewardModel(build_model(config))
-    weights = full_state_dict(shapes, read_weights(ckpt), ckpt)
+    weights = full_state_dict(shapes, reward_checkpoint_weights(ckpt, meta), ckpt)  # a LoRA run's: merged
     with output_folder(out) as folder:
         eot_id = write_hf_tokenizer(ckpt / TOKENIZER, folder, config.context_length,
                                     chat_template=meta.get("chat_template"))

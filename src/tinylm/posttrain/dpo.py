@@ -3,7 +3,9 @@
 Each step reads a batch of pairs, computes the answers' log-probs under the policy in one concatenated
 forward (posttrain/sequence_logprobs.py), takes the reference's from the cache, the adapters-off base
 or a frozen copy (posttrain/reference.py), and sums the chosen loss over the pairs
-(posttrain/preference_losses.py); the engine divides by the step's pairs. Logged each step, as means
+(posttrain/preference_losses.py); the engine divides by the step's pairs. KTO's reference point z_0 is
+the whole step's, computed in `begin_step` before the first backward (posttrain/kto_step.py), so
+accumulation and torchrun equal one big batch for it too. Logged each step, as means
 per pair: the implicit rewards of both sides, their margin, the share of pairs whose chosen reward is
 higher (accuracy), and the policy log-probs. Evaluation: the same on held-out pairs, and for built-in
 tasks the verifier's exact-match with greedy decoding, before the first step and every --eval-every.
@@ -22,8 +24,9 @@ from tinylm.checkpoint import TOKENIZER, checkpoint_model_config, load_weights, 
 from tinylm.device import autocast
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
+from tinylm.posttrain.kto_step import REFERENCE_POINT, step_reference_point
 from tinylm.posttrain.preference_data import PreferenceRow
-from tinylm.posttrain.preference_losses import LossSpec, PairLogps, pair_loss, resolve
+from tinylm.posttrain.preference_losses import LossSpec, PairLogps, PairLoss, pair_loss, resolve
 from tinylm.posttrain.preference_stage import PairStage, PreferenceConfig
 from tinylm.posttrain.reference import (
     MODES,
@@ -142,7 +145,7 @@ class DPOStage(PairStage):
     def reference_batch(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
         if self.mode is None:
             return None, None
-        if self.mode == "cached":
+        if self.mode == "cached" or "ref_chosen" in batch:  # cached, or kept by KTO's pre-pass (begin_step)
             return batch["ref_chosen"], batch["ref_rejected"]
         if self.mode == "copy":
             return reference_logprobs(self.reference, batch)
@@ -150,12 +153,32 @@ class DPOStage(PairStage):
             return reference_logprobs(self.policy, batch)
 
     # ---- loss -------------------------------------------------------------------------------------
-    def pair_losses(self, model: nn.Module, batch: Batch) -> tuple[Any, PairLogps]:
+    def pair_logps(self, model: nn.Module, batch: Batch) -> PairLogps:
         chosen, rejected, n_chosen, n_rejected = pair_logprobs(model, batch)
         ref_chosen, ref_rejected = self.reference_batch(batch)
-        p = PairLogps(chosen, rejected, n_chosen, n_rejected, ref_chosen, ref_rejected,
-                      batch["chosen_present"], batch["rejected_present"])
-        return pair_loss(self.ctx.cfg.loss, p, self.params), p  # type: ignore[attr-defined]
+        return PairLogps(chosen, rejected, n_chosen, n_rejected, ref_chosen, ref_rejected,
+                         batch["chosen_present"], batch["rejected_present"])
+
+    def pair_losses(self, model: nn.Module, batch: Batch) -> tuple[PairLoss, PairLogps]:
+        """The chosen loss of each pair; KTO reads the z_0 its batch carries (the step's), if any."""
+        p = self.pair_logps(model, batch)
+        params = self.params if REFERENCE_POINT not in batch else {**self.params, "reference_point":
+                                                                   batch[REFERENCE_POINT]}
+        return pair_loss(self.ctx.cfg.loss, p, params), p  # type: ignore[attr-defined]
+
+    def begin_step(self, model: nn.Module, batches: list[Batch]) -> None:
+        """KTO: the step's z_0 over all its micro-batches and ranks, given to each (posttrain/kto_step.py)."""
+        if self.ctx.cfg.loss != "kto":  # type: ignore[attr-defined]
+            return
+        z0 = step_reference_point(model, batches, self._logps_keeping_reference, self.ctx.env, self.ctx.device,
+                                  self.ctx.dtype)
+        for batch in batches:
+            batch[REFERENCE_POINT] = z0
+
+    def _logps_keeping_reference(self, model: nn.Module, batch: Batch) -> PairLogps:
+        p = self.pair_logps(model, batch)
+        batch["ref_chosen"], batch["ref_rejected"] = p.ref_chosen, p.ref_rejected  # pi_ref is frozen: reuse
+        return p
 
     def loss(self, model: nn.Module, batch: Batch) -> StageLoss:
         out, p = self.pair_losses(model, batch)
@@ -163,13 +186,21 @@ class DPOStage(PairStage):
         metrics = {"reward_chosen": out.chosen_rewards.sum(), "reward_rejected": out.rejected_rewards.sum(),
                    "reward_margin": margin.sum(), "reward_accuracy": (margin > 0).float().sum(),
                    "logp_chosen": p.chosen.detach().sum(), "logp_rejected": p.rejected.detach().sum()}
+        if REFERENCE_POINT in batch:  # logged as the step's z_0 (a sum over pairs, like every metric)
+            metrics["kto_z0"] = batch[REFERENCE_POINT] * len(p.chosen)
         return StageLoss(out.losses.sum(), metrics)
 
     # ---- evaluation -------------------------------------------------------------------------------
     def held_out_scores(self, model: nn.Module) -> dict[str, float]:
-        """Means over the held-out pairs of EVAL_SUMS (preference accuracy: implicit reward margin > 0)."""
+        """Means over the held-out pairs of EVAL_SUMS (preference accuracy: implicit reward margin > 0); KTO's z_0
+        is the whole held-out set's, so the held-out loss does not depend on the batch size or ranks either."""
+        shared: dict[str, torch.Tensor] = {}
+        if self.ctx.cfg.loss == "kto":  # type: ignore[attr-defined]
+            shared[REFERENCE_POINT] = step_reference_point(model, self.dev_batches(), self.pair_logps,
+                                                           self.ctx.env, self.ctx.device, self.ctx.dtype)
+
         def sums(model: nn.Module, batch: Batch) -> list[torch.Tensor]:
-            out, p = self.pair_losses(model, batch)
+            out, p = self.pair_losses(model, {**batch, **shared})
             margin = out.chosen_rewards - out.rejected_rewards
             return [out.losses.sum(), (margin > 0).sum(), margin.sum(), (p.chosen > p.rejected).sum()]
 

@@ -108,24 +108,35 @@ def apo_zero_loss(p: PairLogps, beta: float) -> PairLoss:
     return _rewards(losses, beta * rho_w, beta * rho_l)
 
 
-def kto_reference_point(p: PairLogps) -> torch.Tensor:
-    """KTO's z_0, an estimate of KL(pi || pi_ref): the batch's mean log-ratio over present sides, clamped at 0,
-    without gradient (as in the paper's and trl's implementations)."""
+def _present(p: PairLogps) -> tuple[torch.Tensor, torch.Tensor]:
+    """1 where a row has that side: every row of a paired batch, one side of an unpaired KTO row."""
+    has_w = torch.ones_like(p.chosen) if p.chosen_present is None else p.chosen_present
+    has_l = torch.ones_like(p.rejected) if p.rejected_present is None else p.rejected_present
+    return has_w, has_l
+
+
+def kto_ratio_sums(p: PairLogps) -> torch.Tensor:
+    """[sum of the log-ratios over the present sides, their number], detached: what z_0 averages. Sums rather
+    than a mean, so several batches (a step's micro-batches, every rank's share) add theirs before dividing."""
     rho_w, rho_l = p.ratios()
-    has_w = torch.ones_like(rho_w) if p.chosen_present is None else p.chosen_present
-    has_l = torch.ones_like(rho_l) if p.rejected_present is None else p.rejected_present
-    mean = ((rho_w * has_w).sum() + (rho_l * has_l).sum()) / (has_w.sum() + has_l.sum()).clamp(min=1)
-    return mean.detach().clamp(min=0)
+    has_w, has_l = _present(p)
+    return torch.stack([(rho_w * has_w).sum() + (rho_l * has_l).sum(), has_w.sum() + has_l.sum()]).detach()
+
+
+def kto_reference_point(sums: torch.Tensor) -> torch.Tensor:
+    """KTO's z_0, an estimate of KL(pi || pi_ref): the mean log-ratio of `kto_ratio_sums`, clamped at 0, without
+    gradient (as in the paper and trl). The DPO stage gives it the sums of the whole optimizer step."""
+    return (sums[0] / sums[1].clamp(min=1)).clamp(min=0).detach()
 
 
 def kto_loss(p: PairLogps, beta: float, desirable_weight: float, undesirable_weight: float,
              reference_point: torch.Tensor | None = None) -> PairLoss:
     """KTO (Ethayarajh et al., 2024): a desirable answer's value sigmoid(beta (rho - z_0)), an undesirable one's
-    sigmoid(beta (z_0 - rho)); the loss is weight * (1 - value) per present side, so paired rows count both."""
+    sigmoid(beta (z_0 - rho)); the loss is weight * (1 - value) per present side, so paired rows count both.
+    `reference_point` is z_0 when given (the step's, from the stage); else this batch's own."""
     rho_w, rho_l = p.ratios()
-    z0 = kto_reference_point(p) if reference_point is None else reference_point
-    has_w = torch.ones_like(rho_w) if p.chosen_present is None else p.chosen_present
-    has_l = torch.ones_like(rho_l) if p.rejected_present is None else p.rejected_present
+    z0 = kto_reference_point(kto_ratio_sums(p)) if reference_point is None else reference_point
+    has_w, has_l = _present(p)
     losses = (desirable_weight * has_w * (1 - torch.sigmoid(beta * (rho_w - z0)))
               + undesirable_weight * has_l * (1 - torch.sigmoid(beta * (z0 - rho_l))))
     return _rewards(losses, beta * rho_w, beta * rho_l)

@@ -4,9 +4,10 @@ The model is the base with a score head (posttrain/reward_model.py). Each step s
 batch of pairs in one forward over the stacked rows and sums the Bradley-Terry loss
 -log sigmoid(r_w - r_l - margin) over the pairs; logged per pair: both scores, their margin and the
 share ranked right (accuracy). Evaluation: the same on held-out pairs. The checkpoint holds the
-backbone under `backbone.*` and the head as `score.weight`; `load_reward_model` reads it back and
-interop/hf_reward_export.py writes it as a `transformers` sequence-classification model, which is how
-the RL stage can use it as a reward.
+backbone under `backbone.*` and the head as `score.weight` (a LoRA run: the adapters, the head and
+its base's name); `load_reward_model` reads it back, with any adapters merged, for scoring and as
+RL's `--reward model:PATH`, and interop/hf_reward_export.py writes it as a `transformers`
+sequence-classification model.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from tinylm.checkpoint import checkpoint_model_config, read_checkpoint_config, r
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.posttrain.preference_stage import PairStage, PreferenceConfig
-from tinylm.posttrain.reward_model import RewardModel, bradley_terry_loss, pair_scores
+from tinylm.posttrain.reward_model import (
+    BACKBONE,
+    RewardModel,
+    bradley_terry_loss,
+    pair_scores,
+    reward_checkpoint_weights,
+)
 from tinylm.train.stage import Batch, StageLoss
 
 EVAL_SUMS = ("loss", "accuracy", "margin")
@@ -72,7 +79,10 @@ class RewardStage(PairStage):
                            ) -> dict[str, torch.Tensor] | None:
         if not self.ctx.cfg.lora_rank:  # type: ignore[attr-defined]
             return gathered
-        return {name: p.detach() for name, p in model.named_parameters() if p.requires_grad}
+        # the adapters, the head and the matrices trained whole (an untied LM head too: it is frozen here, but
+        # it has the grown vocabulary's rows, which the base lacks)
+        whole = {BACKBONE + n: self.policy.get_parameter(n).detach() for n in self._trained_whole(self.policy)}
+        return {**whole, **{name: p.detach() for name, p in model.named_parameters() if p.requires_grad}}
 
     def pair_losses(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         chosen, rejected = pair_scores(model, batch)
@@ -106,7 +116,8 @@ class RewardStage(PairStage):
 
 
 def load_reward_model(path: str | Path) -> tuple[RewardModel, Any, dict[str, Any]]:
-    """(reward model in eval mode, tokenizer, config.json) of a `tinylm reward` checkpoint (full weights)."""
+    """(reward model in eval mode, tokenizer, config.json) of a `tinylm reward` checkpoint; a LoRA run's loads
+    as its base with the adapters folded in (a plain model again, as fast as a fully trained one)."""
     from tinylm.checkpoint import TOKENIZER, full_state_dict
     from tinylm.tokenizer import load_tokenizer
 
@@ -114,10 +125,8 @@ def load_reward_model(path: str | Path) -> tuple[RewardModel, Any, dict[str, Any
     meta = read_checkpoint_config(ckpt)
     if meta.get("reward_head") != "score":
         raise TinyLMError(f"{ckpt} is not a reward model checkpoint (written by tinylm reward)")
-    if "reward_adapter" in meta:
-        raise TinyLMError(f"{ckpt} holds LoRA adapters only: train the reward model without --lora-rank to load it")
     model = RewardModel(build_model(checkpoint_model_config(ckpt)))
-    model.load_state_dict(full_state_dict(model, read_weights(ckpt), ckpt), strict=True)
+    model.load_state_dict(full_state_dict(model, reward_checkpoint_weights(ckpt, meta), ckpt), strict=True)
     tokenizer = load_tokenizer(ckpt / TOKENIZER) if (ckpt / TOKENIZER).is_file() else None
     return model.eval(), tokenizer, {**meta, "path": str(ckpt)}
 

@@ -27,6 +27,8 @@ def completion_jobs(served: ServedModel, body: CompletionRequest) -> tuple[list[
     check_model(served, body.model)
     prompts = [ids for ids in prompt_ids(served, body.prompt) for _ in range(body.n)]
     max_tokens = DEFAULT_COMPLETION_TOKENS if body.max_tokens is None else body.max_tokens
+    if max_tokens > 0:
+        check_room(served, prompts)
     eot = served.tokenizer.eot_id
     stops = frozenset(() if eot is None else (eot,))
     jobs = [_job(body, ids, max_tokens, index % body.n, stops, body.logprobs,
@@ -57,6 +59,18 @@ def check_length(served: ServedModel, ids: list[int], param: str) -> None:
     if len(ids) > served.window:
         raise APIError(400, f"the prompt has {len(ids)} tokens, more than the model's window of {served.window}",
                        param, "context_length_exceeded")
+
+
+def check_room(served: ServedModel, prompts: list[list[int]]) -> None:
+    """A prompt that fills the window leaves no room for a single new token: refuse it, as OpenAI does.
+
+    Answering with no token instead would mislead lm-eval, which reads an echo's last log-prob as the
+    generated token's and so would silently drop the prompt's last token from its score.
+    """
+    full = next((ids for ids in prompts if len(ids) >= served.window), None)
+    if full is not None:
+        raise APIError(400, f"the prompt has {len(full)} tokens, the model's whole window: no room for a new token "
+                       "(send max_tokens 0 to score the prompt alone)", "prompt", "context_length_exceeded")
 
 
 def prompt_ids(served: ServedModel, prompt: str | list[str] | list[int] | list[list[int]]) -> list[list[int]]:

@@ -398,6 +398,7 @@ class _Run:
             t0 = time.perf_counter()
             apply_lr(self.optimizer, self.schedule.factor(self.step))
             batches = [stage.next_batch() for _ in range(cfg.grad_accum)]
+            stage.begin_step(self.raw, batches)  # a statistic of the whole step, if the stage has one (KTO)
             weight = self._step_weight(batches)
             if weight <= 0:
                 raise TinyLMError(f"step {self.step + 1} has nothing to learn from (every target is masked): "

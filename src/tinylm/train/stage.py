@@ -14,6 +14,9 @@ only what makes it that stage:
   number of units (`batch_weight`), so the engine can divide by the whole step's count over all
   micro-batches and ranks: accumulation and torchrun then equal one big batch exactly, even when
   micro-batches hold different numbers of targets;
+- `begin_step(model, batches)` (optional): a look at all of a step's micro-batches before its first
+  backward, for a statistic of the whole step that every micro-batch's loss then shares (KTO's
+  reference point, posttrain/kto_step.py); per-micro-batch statistics would break the equality above;
 - `evaluate(model)`: the numbers that say whether the stage works (dev loss, exact-match...).
 """
 
@@ -88,6 +91,10 @@ class Stage:
 
     def loss(self, model: nn.Module, batch: Batch) -> StageLoss:
         raise NotImplementedError
+
+    def begin_step(self, model: nn.Module, batches: list[Batch]) -> None:
+        """Called once per optimizer step with its micro-batches, before any of them runs `loss`; the raw
+        (unwrapped) model. Collective under torchrun: every rank calls it, so it may all-reduce. Default: nothing."""
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         return {}
