@@ -183,3 +183,27 @@ def test_lora_rl_saves_adapters_that_load_as_a_model(tmp_path: Path) -> None:
     x = torch.randint(0, loaded.config.vocab_size, (1, 10), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert torch.allclose(loaded(x)[0], merged(x)[0], atol=1e-6)
+
+
+def test_tokens_per_s_counts_the_rows_the_update_forwards_not_the_context(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rollout rows are prompt + response (a few dozen tokens), not the 256-token context the engine plans:
+    counting slots made MFU read above 100% on a real run."""
+    import types
+
+    import tinylm.train.loop as loop
+
+    seen: list[int] = []
+    original = RLStage.batch_tokens
+
+    def spy(self: RLStage, batch: dict[str, Any]) -> int:
+        seen.append(original(self, batch))
+        return seen[-1]
+
+    clock = iter(range(10**6))  # the engine's clock ticks one second per reading: every step lasts 1 s
+    monkeypatch.setattr(loop, "time", types.SimpleNamespace(perf_counter=lambda: float(next(clock)),
+                                                            time=__import__("time").time))
+    monkeypatch.setattr(RLStage, "batch_tokens", spy)
+    summary = run_training(rl_config(tmp_path / "r", "grpo", max_steps=2, grad_accum=2), stage=RLStage())
+    assert len(seen) == 4 and all(0 < n <= 2 * 3 * 40 for n in seen)  # batch 2 x G 3 rows of short prompts
+    assert summary.tokens_per_s == pytest.approx(sum(seen) / 2)  # not 2 x 2 x 3 x 256 slots a step

@@ -112,6 +112,11 @@ class PairStage(FromBaseStage):
     def batch_weight(self, batch: Batch) -> int:
         return len(batch["chosen_ids"])
 
+    def batch_tokens(self, batch: Batch) -> int:
+        """Both sides go through one forward cut to the longest row of the pair batch."""
+        longest = int(torch.cat([batch["chosen_length"], batch["rejected_length"]]).max())
+        return 2 * len(batch["chosen_ids"]) * longest
+
     def state_dict(self) -> dict[str, Any]:
         return self.loader.state_dict()
 

@@ -341,6 +341,10 @@ class RLStage(FromBaseStage):
     def batch_weight(self, batch: Batch) -> int:
         return units(batch["mask"], self.algo.aggregation)
 
+    def batch_tokens(self, batch: Batch) -> int:
+        """Prompt + response rows padded to the micro-batch's longest, not the context: what the update computes."""
+        return int(batch["ids"].numel())
+
     def loss(self, model: nn.Module, batch: Batch) -> StageLoss:
         cfg: RLConfig = self.ctx.cfg  # type: ignore[assignment]
         algo, mask, ids = self.algo, batch["mask"], batch["ids"]

@@ -386,7 +386,7 @@ class _Run:
         last_loss: float | None = None
         evaluation: dict[str, float] = {}
         evaluated_at = -1
-        window_tokens, window_time, total_train_time = 0, 0.0, 0.0
+        window_tokens, window_time, total_train_time, total_tokens = 0.0, 0.0, 0.0, 0.0
         tokens_per_s, mfu = 0.0, None
         last_step_time = 0.0
         stopped = self._budget_reached()
@@ -415,12 +415,14 @@ class _Run:
                          and time.perf_counter() - loop_start + last_step_time > cfg.time_budget)
             names = sorted(metric_sums)
             ws = float(env.world_size)
+            forwarded = self._forwarded_tokens(batches)
             flags = torch.stack([loss_sum / weight, *(metric_sums[k] / weight for k in names),
+                                 torch.tensor(float(forwarded), device=self.device),
                                  grad_norm.float().to(self.device) / ws,
                                  torch.tensor(float(stop.requested is not None) / ws, device=self.device),
                                  torch.tensor(float(over_time) / ws, device=self.device)])
             reduced = all_reduce_sum(flags, env).tolist()
-            loss_value, *metric_values, norm_value, interrupted, out_of_time = reduced
+            loss_value, *metric_values, step_tokens, norm_value, interrupted, out_of_time = reduced
             if not math.isfinite(loss_value) or (self.scaler is None and not math.isfinite(norm_value)):
                 self.optimizer.zero_grad(set_to_none=True)
                 stopped = "nan"
@@ -437,9 +439,10 @@ class _Run:
             self.tokens += self.tokens_per_step
             last_loss = loss_value
             step_time = last_step_time = time.perf_counter() - t0
-            window_tokens += self.tokens_per_step
+            window_tokens += step_tokens
             window_time += step_time
             total_train_time += step_time
+            total_tokens += step_tokens
             lr = self.optimizer.param_groups[0]["lr"]
             stopped = ("interrupted" if interrupted > 0 else "time_budget" if out_of_time > 0
                        else self._budget_reached())
@@ -449,7 +452,7 @@ class _Run:
                 logger.log({"step": self.step, "loss": loss_value, "lr": lr, "tokens": self.tokens,
                             "tokens_per_s": tokens_per_s, "mfu": mfu, "grad_norm": norm_value,
                             **dict(zip(names, metric_values)), "elapsed_s": time.perf_counter() - loop_start})
-                window_tokens, window_time = 0, 0.0
+                window_tokens, window_time = 0.0, 0.0
             self.progress.update(self.step, loss_value, lr, tokens_per_s, mfu)
             if cfg.eval_every and self.step % cfg.eval_every == 0:
                 evaluation = self._evaluate(logger) or evaluation
@@ -458,7 +461,7 @@ class _Run:
                 self.save({"loss": loss_value, **evaluation})
         self.progress.close()
         return self._finish(stopped, start_step, last_loss, evaluation, evaluated_at, logger,
-                            tokens_per_s=self._overall_rate(total_train_time, start_step), mfu=mfu)
+                            tokens_per_s=total_tokens / total_train_time if total_train_time > 0 else 0.0, mfu=mfu)
 
     def _evaluate(self, logger: MetricsLogger | None) -> dict[str, float]:
         """The stage's evaluation, logged as one row (nothing when the stage has nothing to evaluate)."""
@@ -467,9 +470,12 @@ class _Run:
             logger.log({"step": self.step, **result, "tokens": self.tokens})
         return result
 
-    def _overall_rate(self, train_time: float, start_step: int) -> float:
-        trained = (self.step - start_step) * self.tokens_per_step
-        return trained / train_time if train_time > 0 else 0.0
+    def _forwarded_tokens(self, batches: list[Any]) -> int:
+        """This rank's tokens through the forward this step: what tokens/s and MFU count. A stage whose rows
+        are cut shorter than seq_len (rollouts, pairs) says how many; the planned batch x seq_len otherwise."""
+        planned = self.cfg.batch_size * self.seq_len
+        counted = (self.stage.batch_tokens(b) for b in batches)
+        return sum(planned if n is None else n for n in counted)
 
     def _report_nan(self, loss: float, norm: float) -> None:
         good = list_checkpoints(self.run_dir)

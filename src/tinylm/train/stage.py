@@ -17,6 +17,8 @@ only what makes it that stage:
 - `begin_step(model, batches)` (optional): a look at all of a step's micro-batches before its first
   backward, for a statistic of the whole step that every micro-batch's loss then shares (KTO's
   reference point, posttrain/kto_step.py); per-micro-batch statistics would break the equality above;
+- `batch_tokens(batch)` (optional): the tokens a micro-batch's forward really processes, for tokens/s
+  and MFU, when rows are cut shorter than the planned `seq_len` (rollouts, preference pairs);
 - `evaluate(model)`: the numbers that say whether the stage works (dev loss, exact-match...).
 """
 
@@ -95,6 +97,11 @@ class Stage:
     def begin_step(self, model: nn.Module, batches: list[Batch]) -> None:
         """Called once per optimizer step with its micro-batches, before any of them runs `loss`; the raw
         (unwrapped) model. Collective under torchrun: every rank calls it, so it may all-reduce. Default: nothing."""
+
+    def batch_tokens(self, batch: Batch) -> int | None:
+        """Tokens the forward over `batch` processes (padding inside the rows included: it is computed).
+        None: the planned batch_size x seq_len, right for stages whose rows are always full (pretraining, SFT)."""
+        return None
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         return {}
