@@ -155,7 +155,8 @@ def test_accumulating_micro_batches_equals_one_big_batch(tmp_path: Path, name: s
     stage.begin_step(model, micro)
     three, _ = accumulate_gradients(model, micro, stage.loss, 6, 1, cpu, torch.float32)
     g_three = gradients(model)
-    assert float(three) == pytest.approx(float(one), abs=1e-6)
+    # the summed loss is up to ~40 for the NLL losses (CPO, RPO, ORPO): float32 sums agree to ~1e-7 relative
+    assert float(three) == pytest.approx(float(one), rel=1e-6, abs=1e-6)
     assert g_one and all(torch.allclose(a, b, atol=1e-6, rtol=0) for a, b in zip(g_one, g_three, strict=True))
     assert any(float(g.abs().max()) > 1e-4 for g in g_one)  # there is a gradient to compare
     if loss == "kto":

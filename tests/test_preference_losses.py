@@ -25,7 +25,7 @@ REFERENCE_LOSSES = [name for name, spec in LOSSES.items() if spec.needs_referenc
 FREE_LOSSES = [name for name, spec in LOSSES.items() if not spec.needs_reference]
 # non-default hyper-parameters, so a default baked into a formula cannot pass
 PARAMS: dict[str, dict[str, float]] = {
-    "dpo": {"beta": 0.3}, "cdpo": {"beta": 0.3, "label_smoothing": 0.2},
+    "dpo": {"beta": 0.3}, "rpo": {"beta": 0.3, "lam": 0.7}, "cdpo": {"beta": 0.3, "label_smoothing": 0.2},
     "robust": {"beta": 0.3, "label_smoothing": 0.2}, "ipo": {"beta": 0.7}, "hinge": {"beta": 0.05},
     "simpo": {"beta": 2.5, "gamma": 0.8}, "cpo": {"beta": 0.4, "lam": 0.6},
     "orpo": {"lam": 0.25}, "kto": {"beta": 0.2, "desirable_weight": 1.5, "undesirable_weight": 0.7},
@@ -54,7 +54,7 @@ def closed_form_at_reference(name: str, p: dict[str, float], nll: np.ndarray) ->
         "ipo": 1.0 / (4.0 * p.get("beta", 1.0) ** 2),
         "kto": 0.5 * (p.get("desirable_weight", 0.0) + p.get("undesirable_weight", 0.0)),
         "simpo": math.log1p(math.exp(p.get("gamma", 0.0))),
-        "cpo": ln2 + p.get("lam", 0.0) * nll,
+        "cpo": ln2 + p.get("lam", 0.0) * nll, "rpo": ln2 + p.get("lam", 0.0) * nll,
         "orpo": nll + p.get("lam", 0.0) * ln2,
     }[name] * np.ones_like(nll)
 
@@ -92,6 +92,8 @@ def numpy_loss(name: str, p: PairLogps, k: dict[str, float]) -> np.ndarray:
         beta_h = k.get("beta", 1.0) * (rw - rl)
     if name == "dpo":
         return -_logsig(beta_h)
+    if name == "rpo":
+        return -_logsig(beta_h) - k["lam"] * w / nw
     if name == "cdpo":
         e = k["label_smoothing"]
         return -(1 - e) * _logsig(beta_h) - e * _logsig(-beta_h)
@@ -207,6 +209,15 @@ def test_simpo_is_unchanged_when_log_probs_and_lengths_are_doubled() -> None:
     assert not torch.allclose(pair_loss("simpo", summed, k).losses, pair_loss("simpo", p, k).losses)
 
 
+def test_rpo_pushes_the_chosen_answer_up_by_lambda_per_token_more_than_dpo() -> None:
+    p = pairs(seed=9, requires_grad=True)
+    (g_rpo,) = torch.autograd.grad(pair_loss("rpo", p, {"beta": 0.3, "lam": 0.7}).losses.sum(), p.chosen)
+    q = pairs(seed=9, requires_grad=True)
+    (g_dpo,) = torch.autograd.grad(pair_loss("dpo", q, {"beta": 0.3}).losses.sum(), q.chosen)
+    torch.testing.assert_close(g_rpo, g_dpo - 0.7 / p.chosen_tokens, rtol=0, atol=1e-12)
+    assert (g_dpo < 0).all() and (g_rpo < g_dpo).all()  # descent raises log pi(y_w), RPO more
+
+
 def test_unpaired_kto_counts_only_the_present_sides() -> None:
     p = pairs(seed=11)
     only_w = PairLogps(p.chosen, p.rejected, p.chosen_tokens, p.rejected_tokens, p.ref_chosen, p.ref_rejected,
@@ -244,7 +255,7 @@ def test_kto_reference_point_from_added_sums_is_the_whole_batchs() -> None:
 
 
 def test_bad_names_and_hyper_parameters_are_one_line() -> None:
-    with pytest.raises(TinyLMError, match="unknown --loss 'dpoo': choose one of dpo, cdpo"):
+    with pytest.raises(TinyLMError, match="unknown --loss 'dpoo': choose one of dpo, rpo, cdpo"):
         resolve("dpoo")
     for beta in (0.0, -1.0):
         with pytest.raises(TinyLMError, match="--beta must be > 0"):
@@ -283,6 +294,19 @@ def test_reference_losses_agree_with_trl(trl_trainers: types.SimpleNamespace, na
     fake = _trl_self(trl_type, k["beta"], label_smoothing=k.get("label_smoothing", 0.0))
     theirs, _, _ = trl_trainers.cpo(fake, rho_w, rho_l)
     torch.testing.assert_close(pair_loss(name, p, k).losses, theirs, rtol=0, atol=1e-12)
+
+
+def test_rpo_is_trls_dpo_plus_its_nll_term(trl_trainers: types.SimpleNamespace) -> None:
+    """trl's DPOTrainer adds rpo_alpha times the chosen NLL to its sigmoid loss. Its NLL is a token mean over the
+    whole batch, ours a token mean per answer (each pair's loss stands alone, so accumulation stays exact): the
+    same thing for a batch of one pair, which is how it is compared here, pair by pair."""
+    p = pairs(seed=15)
+    rho_w, rho_l = p.ratios()
+    dpo, _, _ = trl_trainers.cpo(_trl_self("sigmoid", 0.3), rho_w, rho_l)
+    ours = pair_loss("rpo", p, PARAMS["rpo"]).losses
+    for i in range(len(ours)):  # trl's batch token mean of one pair's chosen NLL
+        nll = -p.chosen[i:i + 1].sum() / p.chosen_tokens[i:i + 1].sum()
+        torch.testing.assert_close(ours[i], dpo[i] + 0.7 * nll, rtol=0, atol=1e-12)
 
 
 def test_simpo_and_cpo_agree_with_trl(trl_trainers: types.SimpleNamespace) -> None:

@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="dpo, cdpo, robust, ipo, hinge, simpo, cpo, orpo, kto, apo_zero (default %(default)s)")
     g.add_argument("--beta", type=float, default=None, help="the loss's beta (default: its published value)")
     g.add_argument("--gamma", type=float, default=None, help="SimPO's target margin gamma (default 0.5)")
-    g.add_argument("--lam", type=float, default=None, help="CPO's NLL weight (1.0) or ORPO's odds-ratio weight (0.1)")
+    g.add_argument("--lam", type=float, default=None, help="CPO's, RPO's NLL weight (1.0), ORPO's odds ratio's (0.1)")
     g.add_argument("--label-smoothing", type=float, default=None, help="cdpo / robust: label flip rate (0.1)")
     g.add_argument("--desirable-weight", type=float, default=None, help="KTO: weight of desirable answers (1.0)")
     g.add_argument("--undesirable-weight", type=float, default=None, help="KTO: weight of undesirable answers (1.0)")

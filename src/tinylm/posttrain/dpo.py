@@ -48,7 +48,7 @@ class DPOConfig(PreferenceConfig):
     loss: str = "dpo"  # see preference_losses.LOSSES
     beta: float | None = None  # None: the loss's published default
     gamma: float | None = None  # SimPO's target margin
-    lam: float | None = None  # CPO's NLL weight, ORPO's odds-ratio weight
+    lam: float | None = None  # CPO's and RPO's NLL weight, ORPO's odds-ratio weight
     label_smoothing: float | None = None  # cDPO / robust DPO flip rate
     desirable_weight: float | None = None  # KTO
     undesirable_weight: float | None = None

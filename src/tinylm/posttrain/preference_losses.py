@@ -71,6 +71,14 @@ def dpo_loss(p: PairLogps, beta: float) -> PairLoss:
     return _rewards(-F.logsigmoid(beta * (rho_w - rho_l)), beta * rho_w, beta * rho_l)
 
 
+def rpo_loss(p: PairLogps, beta: float, lam: float) -> PairLoss:
+    """RPO (Pang et al., 2024): DPO plus lam times the chosen answer's NLL per token. DPO alone may lower both
+    answers' likelihood as long as the rejected one falls faster; the NLL term keeps the chosen one up."""
+    rho_w, rho_l = p.ratios()
+    losses = -F.logsigmoid(beta * (rho_w - rho_l)) + lam * (-p.chosen / p.chosen_tokens)
+    return _rewards(losses, beta * rho_w, beta * rho_l)
+
+
 def cdpo_loss(p: PairLogps, beta: float, label_smoothing: float) -> PairLoss:
     """Conservative DPO: the labels are flipped with probability eps, so the target is (1 - eps, eps)."""
     rho_w, rho_l = p.ratios()
@@ -185,6 +193,7 @@ class LossSpec:
 
 LOSSES: dict[str, LossSpec] = {
     "dpo": LossSpec(dpo_loss, True, {"beta": 0.1}, "Rafailov et al. 2023, arXiv:2305.18290"),
+    "rpo": LossSpec(rpo_loss, True, {"beta": 0.1, "lam": 1.0}, "Pang et al. 2024, arXiv:2404.19733"),
     "cdpo": LossSpec(cdpo_loss, True, {"beta": 0.1, "label_smoothing": 0.1}, "Mitchell 2023, cDPO note"),
     "robust": LossSpec(robust_loss, True, {"beta": 0.1, "label_smoothing": 0.1},
                        "Chowdhury et al. 2024, arXiv:2403.00409"),
