@@ -96,9 +96,12 @@ def test_cli_choices_match_the_engine() -> None:
 
 
 def test_sigkill_between_checkpoints_then_resume_is_bit_identical(tmp_path: Path) -> None:
-    """Kill -9 a run after step 7 (checkpoint at 5), resume: every loss equals an uninterrupted run's."""
-    schedule = ["--schedule-steps", "12", "--checkpoint-every", "5"]
-    run_training(config(tmp_path / "straight", max_steps=12, schedule_steps=12, checkpoint_every=5))
+    """Kill -9 a run after step 22 (checkpoint at 20), resume: every loss equals an uninterrupted run's.
+
+    The kill lands some steps after the poll sees step 22; checkpoints 20 steps apart leave a window wide
+    enough that it still lands before the next one on a fast machine (5 apart did not, once)."""
+    schedule = ["--schedule-steps", "40", "--checkpoint-every", "20"]
+    run_training(config(tmp_path / "straight", max_steps=40, schedule_steps=40, checkpoint_every=20))
 
     killed = tmp_path / "killed"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -107,7 +110,7 @@ def test_sigkill_between_checkpoints_then_resume_is_bit_identical(tmp_path: Path
     deadline = time.monotonic() + 120
     try:
         while time.monotonic() < deadline:
-            if (killed / "metrics.jsonl").is_file() and any(r.get("step", 0) >= 7 for r in rows(killed)):
+            if (killed / "metrics.jsonl").is_file() and any(r.get("step", 0) >= 22 for r in rows(killed)):
                 break
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
             time.sleep(0.01)
@@ -116,11 +119,11 @@ def test_sigkill_between_checkpoints_then_resume_is_bit_identical(tmp_path: Path
         proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     saved = list_checkpoints(killed)
-    assert saved and int(saved[-1].name.split("_")[1]) % 5 == 0
+    assert saved and int(saved[-1].name.split("_")[1]) % 20 == 0
     assert max(r["step"] for r in rows(killed)) > int(saved[-1].name.split("_")[1])  # killed past a checkpoint
 
-    assert main(cli_args(killed, "--max-steps", "12", "--resume", "latest", *schedule)) == 0
-    assert [r["step"] for r in rows(killed) if "loss" in r] == list(range(1, 13))
+    assert main(cli_args(killed, "--max-steps", "40", "--resume", "latest", *schedule)) == 0
+    assert [r["step"] for r in rows(killed) if "loss" in r] == list(range(1, 41))
     assert losses(killed) == losses(tmp_path / "straight")
 
 
