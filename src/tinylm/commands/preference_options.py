@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 
@@ -35,30 +34,11 @@ def add_pair_arguments(parser: argparse.ArgumentParser, d: dict[str, Any], stage
     add_engine_arguments(parser, d)
 
 
-def first_evaluation(run_dir: str) -> dict[str, float]:
-    """The step-0 evaluation the run logged (the starting model's scores)."""
-    from tinylm.train.metrics import read_metrics
-
-    for row in read_metrics(run_dir):
-        if row.get("step") == 0:
-            return {k: v for k, v in row.items() if isinstance(v, float)}
-    return {}
-
-
 def print_summary(summary: Any, shown: tuple[tuple[str, str, str], ...]) -> None:
-    """One `done:` line with each (key, label, format) as before -> after, then where things are."""
-    before, after = first_evaluation(summary.run_dir), summary.evaluation
+    from tinylm.commands.run_summary import before_after, print_outcome
+
     parts = [f"step {summary.steps}"]
     if summary.final_loss is not None:
         parts.append(f"train loss {summary.final_loss:.4f}")
-    for key, label, fmt in shown:
-        if key in after:
-            was = f"{fmt.format(before[key])} -> " if key in before else ""
-            parts.append(f"{label} {was}{fmt.format(after[key])}")
-    print("done: " + ", ".join(parts))
-    if summary.checkpoint:
-        print(f"checkpoint: {summary.checkpoint}")
-        print(f"loss plot: {os.path.join(summary.run_dir, 'loss.png')}")
-    if summary.sample:
-        print("held-out samples:\n" + summary.sample)
-    sys.stdout.flush()
+    print_outcome(summary, parts + before_after(summary, shown),
+                  [f"loss plot: {os.path.join(summary.run_dir, 'loss.png')}"])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 HELP = "RL from verifiable rewards: --algo grpo|dr_grpo|dapo|gspo|rloo|reinforce_pp|ppo"
@@ -86,26 +85,17 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return RLConfig(**{k: v for k, v in vars(args).items() if k in fields})
 
 
-def _print_summary(summary: Any, before: dict[str, float]) -> None:
-    after = summary.evaluation
-    parts = [f"step {summary.steps}"]
-    if "exact_match" in after:
-        was = f"{before['exact_match']:.1%} -> " if "exact_match" in before else ""
-        parts.append(f"held-out exact-match {was}{after['exact_match']:.1%}")
-    parts.append(f"{summary.wall_s:.0f} s")
-    print("done: " + ", ".join(parts))
-    if summary.checkpoint:
-        print(f"checkpoint: {summary.checkpoint}")
-        print(f"curves: {os.path.join(summary.run_dir, 'rl.png')} (loss: loss.png)")
-    if summary.sample:
-        print("held-out samples:\n" + summary.sample)
-    sys.stdout.flush()
+def _print_summary(summary: Any) -> None:
+    from tinylm.commands.run_summary import before_after, print_outcome
+
+    parts = [f"step {summary.steps}", *before_after(summary, (("exact_match", "held-out exact-match", "{:.1%}"),)),
+             f"{summary.wall_s:.0f} s"]
+    print_outcome(summary, parts, [f"curves: {os.path.join(summary.run_dir, 'rl.png')} (loss: loss.png)"])
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinylm.commands.sft import _first_evaluation
     from tinylm.commands.stage_run import run_stage
     from tinylm.posttrain.rl import RLStage
 
     return run_stage(args, config_from_args(args), RLStage(), _defaults(),
-                     lambda summary: _print_summary(summary, _first_evaluation(summary.run_dir)))
+                     _print_summary)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 HELP = "supervised fine-tuning on conversations (built-in tasks, JSONL, hf:), optionally with LoRA"
@@ -83,37 +82,18 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return SFTConfig(**{k: v for k, v in vars(args).items() if k in fields})
 
 
-def _print_summary(summary: Any, before: dict[str, float]) -> None:
+def _print_summary(summary: Any) -> None:
+    from tinylm.commands.run_summary import before_after, print_outcome
     from tinylm.train.progress import format_si
 
-    after = summary.evaluation
     parts = [f"step {summary.steps}"]
     if summary.final_loss is not None:
         parts.append(f"train loss {summary.final_loss:.4f}")
-    for key, label, fmt in (("dev_loss", "dev loss (assistant tokens)", "{:.4f}"),
-                            ("exact_match", "held-out exact-match", "{:.1%}")):
-        if key in after:
-            was = f"{fmt.format(before[key])} -> " if key in before else ""
-            parts.append(f"{label} {was}{fmt.format(after[key])}")
+    parts += before_after(summary, (("dev_loss", "dev loss (assistant tokens)", "{:.4f}"),
+                                    ("exact_match", "held-out exact-match", "{:.1%}")))
     parts.append(f"{format_si(summary.tokens_per_s)} tokens/s")
-    print("done: " + ", ".join(parts))
-    if summary.checkpoint:
-        print(f"checkpoint: {summary.checkpoint}")
-        print(f"loss plot: {os.path.join(summary.run_dir, 'loss.png')}")
-        print(f"next: tinylm chat --checkpoint {summary.run_dir}")
-    if summary.sample:
-        print("held-out samples:\n" + summary.sample)
-    sys.stdout.flush()
-
-
-def _first_evaluation(run_dir: str) -> dict[str, float]:
-    """The step-0 evaluation the run logged (the base model's scores)."""
-    from tinylm.train.metrics import read_metrics
-
-    for row in read_metrics(run_dir):
-        if row.get("step") == 0:
-            return {k: v for k, v in row.items() if isinstance(v, float)}
-    return {}
+    print_outcome(summary, parts, [f"loss plot: {os.path.join(summary.run_dir, 'loss.png')}",
+                                   f"next: tinylm chat --checkpoint {summary.run_dir}"])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,4 +101,4 @@ def run(args: argparse.Namespace) -> int:
     from tinylm.posttrain.sft import SFTStage
 
     return run_stage(args, config_from_args(args), SFTStage(), _defaults(),
-                     lambda summary: _print_summary(summary, _first_evaluation(summary.run_dir)))
+                     _print_summary)
