@@ -72,6 +72,12 @@ def test_ratios_and_mfu_derive_from_the_same_run_samples(micro_result: dict) -> 
     # tied modern model: the matmul parameters are all parameters (the shared table is the output head)
     assert r["matmul_params"] == r["params"]
     assert "training tokens/s" in format_table(r)
+    # the decode roofline: every fp32 weight (the tied table once) read per token at the measured bandwidth
+    assert r["decode_weight_bytes"] == 4 * r["params"]
+    assert r["memory_read_bytes_per_s"] > 1e8
+    assert r["decode_roofline_tokens_per_s"] == r["memory_read_bytes_per_s"] / r["decode_weight_bytes"]
+    assert r["decode_share_of_roofline"] == r["decode_tokens_per_s"] / r["decode_roofline_tokens_per_s"]
+    assert "decode roofline" in format_table(r)
 
 
 def test_loader_cost_is_a_fraction_of_the_given_step_rate() -> None:

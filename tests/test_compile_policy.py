@@ -13,6 +13,7 @@ from tinylm import measure_cache
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
+from tinylm.models.loss import _COMPILED_HEADS
 from tinylm.train import compile_policy
 from tinylm.train.compile_policy import CompileMeasurement, compile_blocks, decide, eager_blocks, plan_compile
 from tinylm.train.loop import run_training
@@ -89,6 +90,7 @@ def test_compiled_blocks_trace_to_the_eager_result(one_thread: None, checkpointi
     keys = list(compiled.state_dict())
     compile_blocks(compiled, backend="aot_eager")
     assert list(compiled.state_dict()) == keys  # in place: checkpoints load with or without compile
+    assert compiled.lm_head in _COMPILED_HEADS and eager.lm_head not in _COMPILED_HEADS  # the loss's softmax too
     x = torch.randint(0, cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(1))
     loss, grads = _loss_and_grads(eager, x)
     compiled_loss, compiled_grads = _loss_and_grads(compiled, x)

@@ -12,7 +12,7 @@ import torch
 
 from model_variants import all_configs
 from tinylm.inference.engine import Engine
-from tinylm.inference.fast_decode import FastDecoder
+from tinylm.inference.fast_decode import FastDecoder, rotation_table
 from tinylm.inference.runners import FastDecoder as RunnerFast
 from tinylm.inference.runners import ModelCacheRunner, RecomputeRunner, make_runner
 from tinylm.inference.sampling import GREEDY, SamplingParams
@@ -45,6 +45,23 @@ def test_fast_decoder_logits_match_the_model(name: str) -> None:
         logits = [decoder.extend(idx[:, :12], last_only=False)]
         logits += [decoder.extend(idx[:, t : t + 1]) for t in range(12, 20)]
     torch.testing.assert_close(torch.cat(logits, dim=1), reference, atol=1e-4, rtol=1e-4)
+
+
+def test_one_token_rope_as_a_rotation_matrix_equals_the_elementwise_form() -> None:
+    """x @ R[p] == x * cos[p] + rotate_half(x) * sin[p], position by position, for the model's own tables."""
+    from tinylm.models.modern.rope import RotaryEmbedding, apply_rope
+
+    rope = RotaryEmbedding(dim=16, max_positions=64)
+    positions = torch.arange(64)
+    cos, sin = rope(positions, torch.float32, upto=64)
+    table = rotation_table(cos[0, 0], sin[0, 0])
+    assert table.shape == (64, 16, 16)
+    x = torch.randn(3, 5, 64, 16, generator=torch.Generator().manual_seed(0))  # [B, heads, positions, D]
+    expected = apply_rope(x, cos, sin)
+    got = (x.unsqueeze(-2) @ table).squeeze(-2)  # each position its own matrix
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+    # two non-zeros per column: the rotation of each pair of dimensions, nothing else
+    assert int((table[7] != 0).sum(0).max()) == 2
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

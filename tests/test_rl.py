@@ -86,8 +86,8 @@ def test_gradient_accumulation_equals_one_batch(tmp_path: Path, algo: str) -> No
     run_training(rl_config(tmp_path / "accum", algo, batch_size=2, grad_accum=2), stage=RLStage())
     assert losses(tmp_path / "accum") == pytest.approx(losses(tmp_path / "one"), abs=1e-6)
     one, accum = final_weights(tmp_path / "one"), final_weights(tmp_path / "accum")
-    for name in one:
-        assert torch.allclose(one[name], accum[name], atol=1e-6), name
+    for name in one:  # after two AdamW steps, which divide each gradient by its own size: float32 rounding
+        assert torch.allclose(one[name], accum[name], atol=2e-6), name  # of a near-zero entry can reach 1e-6
     logged_one = [r for r in rows(tmp_path / "one") if "loss" in r]
     logged_accum = [r for r in rows(tmp_path / "accum") if "loss" in r]
     for a, b in zip(logged_one, logged_accum, strict=True):
@@ -135,6 +135,10 @@ def test_the_cli_reports_the_exact_match_before_and_after(tmp_path: Path, capsys
     evals = [r["step"] for r in rows(tmp_path / "cli") if "exact_match" in r]
     assert evals == [0, 1, 2]
     assert (tmp_path / "cli" / "loss.png").is_file() and (tmp_path / "cli" / "rl.png").is_file()
+    (tmp_path / "cli" / "rl.png").unlink()  # `tinylm plot --rl` draws the same panels, for several runs too
+    assert main(["plot", "--rl", str(tmp_path / "cli")]) == 0 and (tmp_path / "cli" / "rl.png").is_file()
+    assert main(["plot", "--rl", str(tmp_path / "cli"), str(tmp_path / "cli"), "--out", str(tmp_path / "two.png")]) == 0
+    assert (tmp_path / "two.png").stat().st_size > 1000
 
 
 @pytest.mark.parametrize(("case", "message"), [

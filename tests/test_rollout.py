@@ -46,6 +46,32 @@ def test_sampling_logprobs_equal_the_training_recompute(arch: str, sampling: Sam
     assert gap < 1e-5
     ratio = torch.exp(recomputed - rollouts.logprobs)[mask]  # exp(gap) - 1 ~ gap: 1 +- 1e-5
     assert (ratio - 1).abs().max().item() < 1e-5
+    head_on_responses, _ = policy_logprobs(model, rollouts.ids, sampling.temperature, rollouts.response_mask)
+    assert (head_on_responses - rollouts.logprobs)[mask].abs().max().item() < 1e-5  # what `tinylm rl` computes
+
+
+@pytest.mark.parametrize("arch", ["modern", "classic"])
+def test_the_head_on_response_tokens_only_gives_the_same_logprobs_and_gradients(arch: str) -> None:
+    """`policy_logprobs(..., mask)` runs the output head on the masked positions only (`logits_at`)."""
+    model = micro_model(arch)
+    rollouts = sample_rollouts(model, PROMPTS, group_size=2, max_new_tokens=6, sampling=SamplingParams(),
+                               seeds=[1, 2, 3, 4], stop_ids=[0], pad_id=0)
+    mask = rollouts.response_mask
+    model.train()
+    results = []
+    for wanted in (None, mask):
+        model.zero_grad()
+        logp, logits = policy_logprobs(model, rollouts.ids, 0.8, wanted)
+        logp = logp * mask  # what the losses see
+        (logp.sum() + (logp**2).sum()).backward()
+        results.append((logp.detach(), logits.detach(), [p.grad.clone() for p in model.parameters()]))
+    (full, full_logits, full_grads), (part, part_logits, part_grads) = results
+    assert part_logits.shape == (int(mask.sum()), MICRO["vocab_size"])
+    torch.testing.assert_close(part_logits, full_logits[mask.bool()], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(part, full, rtol=1e-6, atol=1e-6)
+    assert (part[~mask.bool()] == 0).all()
+    for a, b in zip(part_grads, full_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_a_rows_sample_depends_only_on_its_seed() -> None:

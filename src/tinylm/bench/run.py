@@ -156,9 +156,11 @@ def _decoding_model(model: torch.nn.Module, opts: BenchOptions, device: torch.de
 def _decode(model: torch.nn.Module, opts: BenchOptions, context: int, device: torch.device,
             dtype: torch.dtype) -> dict[str, Any]:
     """Greedy cached decoding at batch 1, tinylm's engine vs `transformers` generate, alternating."""
+    from tinylm.bench.memory_bandwidth import read_bandwidth, weight_bytes
     from tinylm.inference.benchmark import decode_tokens_per_s, hf_decode_tokens_per_s
 
     model, reason = _decoding_model(model, opts, device, dtype)
+    bandwidth, weights = read_bandwidth(device), weight_bytes(model)
     new_tokens = max(1, min(opts.decode_tokens, context - 8))
     ours: list[float] = []
     theirs: list[float] = []
@@ -175,7 +177,11 @@ def _decode(model: torch.nn.Module, opts: BenchOptions, context: int, device: to
             "decode_dtype_reason": reason,
             "decode_tokens_per_s": mine.median, "decode": mine.to_dict(),
             "reference_decode_tokens_per_s": _median(ref), "reference_decode": _measured(ref),
-            "decode_ratio_vs_transformers": ratio(mine, ref), "decode_reference_error": reference_error}
+            "decode_ratio_vs_transformers": ratio(mine, ref), "decode_reference_error": reference_error,
+            # batch 1 reads every weight per token: bandwidth / weight bytes bounds tokens/s once out of cache
+            "decode_weight_bytes": weights, "memory_read_bytes_per_s": bandwidth,
+            "decode_roofline_tokens_per_s": bandwidth / weights,
+            "decode_share_of_roofline": mine.median / (bandwidth / weights)}
 
 
 def _train(model: torch.nn.Module, opts: BenchOptions, device: torch.device, dtype: torch.dtype, seq_len: int,
@@ -252,6 +258,11 @@ def format_table(result: dict[str, Any]) -> str:
     lines.append(f"dtype: {result['dtype_reason']}")
     if result.get("decode_dtype_reason"):
         lines.append(f"decode weights: {result['decode_dtype_reason']}")
+    if result.get("decode_roofline_tokens_per_s"):
+        lines.append(f"decode roofline: {result['decode_weight_bytes'] / 2**20:.1f} MiB of weights per token at "
+                     f"{result['memory_read_bytes_per_s'] / 1e9:.1f} GB/s read = "
+                     f"{result['decode_roofline_tokens_per_s']:,.0f} tok/s; measured "
+                     f"{result['decode_share_of_roofline']:.0%} of it (above 100%: the weights fit in cache)")
     if result.get("cpu"):
         lines.append(f"cpu: {result['cpu']} (native bf16: {result.get('cpu_native_bf16') or 'none'})")
     if "matmul_peak_flops_fp32" in result:

@@ -63,7 +63,7 @@ def tinylm_step(model: nn.Module, setup: StepSetup, batch: tuple[torch.Tensor, t
     model.train()
     optimizer = build_optimizer(model, "adamw", device=setup.device)
     if setup.compile:
-        compile_blocks(model)  # what `tinylm train --compile on` does: per block, the loss stays eager
+        compile_blocks(model)  # what `tinylm train --compile on` does: per block, plus the loss's softmax
     x, y = batch
 
     def step() -> None:

@@ -131,8 +131,9 @@ class Engine:
             yield token
             if seen is not None:
                 seen.scatter_(1, token[:, None], True)
-            done = done | torch.isin(token, stop_t) | (limit_t <= step + 1)
-            if step + 1 == total or ((step + 1) % sync_every == 0 and bool(done.all())):
+            if stops:  # a stop ends its sequence for good; the limits are only compared when someone asks
+                done = done | torch.isin(token, stop_t)
+            if step + 1 == total or ((step + 1) % sync_every == 0 and bool((done | (limit_t <= step + 1)).all())):
                 return
             # feed the new token, re-encoding first if a context or the cache would overflow
             overflow = False

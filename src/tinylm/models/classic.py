@@ -136,9 +136,12 @@ class ClassicGPT(nn.Module):
         positions: torch.Tensor | None = None,
         segments: torch.Tensor | None = None,
         reduction: str = "mean",
+        logits_at: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(logits [B, T, vocab], cross-entropy or None); arguments as in ModernGPT.forward."""
         hidden = self.forward_hidden(idx, positions=positions, segments=segments)
+        if logits_at is not None:
+            hidden, targets = hidden[logits_at], None if targets is None else targets[logits_at]
         return output_head_loss(self.lm_head, hidden, targets, return_logits, reduction)
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:

@@ -34,8 +34,11 @@ class PolicyWithValue(nn.Module):
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, ids: torch.Tensor, logits_at: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, values) [N, L, ...], or [n, ...] at the `logits_at` positions only (the response)."""
         hidden = self.policy.forward_hidden(ids)
+        if logits_at is not None:
+            hidden = hidden[logits_at]
         return self.policy.lm_head(hidden), self.value_head(hidden).squeeze(-1)
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:

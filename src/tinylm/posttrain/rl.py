@@ -54,7 +54,13 @@ from tinylm.posttrain.policy_losses import (
 )
 from tinylm.posttrain.ppo import PolicyWithValue, token_rewards
 from tinylm.posttrain.rl_config import RLConfig
-from tinylm.posttrain.rollout import policy_logprobs, sample_rollouts, token_logprobs
+from tinylm.posttrain.rollout import (
+    on_response,
+    policy_logprobs,
+    response_positions,
+    sample_rollouts,
+    token_logprobs,
+)
 from tinylm.train.config import TrainConfig
 from tinylm.train.distributed import all_reduce_sum
 from tinylm.train.stage import Batch, StageLoss
@@ -255,12 +261,13 @@ class RLStage(FromBaseStage):
         device = self.ctx.device
         batch = {k: v.to(device) for k, v in batch.items()}
         with torch.no_grad(), autocast(device, self.ctx.dtype):
-            if self.reference is not None:
-                logits, _ = self.reference(batch["ids"])
-                batch["ref_logp"] = token_logprobs(logits[:, :-1], batch["ids"][:, 1:], self.ctx.cfg.temperature)
+            if self.reference is not None:  # response tokens only, like the policy's recompute
+                batch["ref_logp"], _ = policy_logprobs(self.reference, batch["ids"], self.ctx.cfg.temperature,
+                                                       batch["mask"])
             if self.algo.value_head:
-                head = self._value_model()
-                batch["old_values"] = head(batch["ids"])[1][:, :-1].float() * batch["mask"]
+                wanted = batch["mask"] > 0
+                values = self._value_model()(batch["ids"], logits_at=response_positions(wanted))[1]
+                batch["old_values"] = on_response(values.float(), wanted)
         return batch
 
     def _value_model(self) -> PolicyWithValue:
@@ -349,13 +356,15 @@ class RLStage(FromBaseStage):
         cfg: RLConfig = self.ctx.cfg  # type: ignore[assignment]
         algo, mask, ids = self.algo, batch["mask"], batch["ids"]
         values = None
+        # the head runs on the response tokens only: logp is 0 elsewhere, and so is old (ratio 1, finite)
         if algo.value_head:
-            logits, values = model(ids)
-            logits, values = logits[:, :-1], values[:, :-1].float()
-            logp = token_logprobs(logits, ids[:, 1:], cfg.temperature)
+            wanted = mask > 0
+            logits, flat_values = model(ids, logits_at=response_positions(wanted))
+            logp = on_response(token_logprobs(logits, ids[:, 1:][wanted], cfg.temperature), wanted)
+            values = on_response(flat_values.float(), wanted)
         else:
-            logp, logits = policy_logprobs(model, ids, cfg.temperature)
-        old, adv = batch["old_logp"], batch["advantages"]
+            logp, logits = policy_logprobs(model, ids, cfg.temperature, mask)
+        old, adv = batch["old_logp"] * (mask > 0), batch["advantages"]
         if algo.sequence_ratio:
             per_token, clipped = gspo_surrogate(logp, old, adv, mask, algo.clip_low, algo.clip_high)
         else:
@@ -364,7 +373,7 @@ class RLStage(FromBaseStage):
         token_metrics: dict[str, torch.Tensor] = {"clip_frac": (clipped * m).sum(),
                                                   "ratio": (torch.exp(logp - old) * m).sum().detach()}
         with torch.no_grad():
-            token_metrics["entropy"] = (token_entropy(logits.detach() / cfg.temperature) * m).sum()
+            token_metrics["entropy"] = token_entropy(logits.detach() / cfg.temperature).sum()  # response tokens
         if "ref_logp" in batch:
             kl = kl_estimate(logp, batch["ref_logp"], cfg.kl_estimator)
             token_metrics["kl"] = (kl.detach() * m).sum()

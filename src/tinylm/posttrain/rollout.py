@@ -148,11 +148,31 @@ def _layout(rows: list[list[int]], tokens: torch.Tensor, logprobs: torch.Tensor,
                     tokens_per_s=generated / max(seconds, 1e-9))
 
 
-def policy_logprobs(model: nn.Module, ids: torch.Tensor, temperature: float
+def policy_logprobs(model: nn.Module, ids: torch.Tensor, temperature: float, mask: torch.Tensor | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log-probs [N, L-1] of each next token under the tempered policy, logits [N, L-1, V]): the trainer's
-    recompute of what `sample_rollouts` recorded. Right padding sits after every real token, so causal
-    attention never lets it change them."""
-    logits, _ = model(ids)
-    logits = logits[:, :-1]
-    return token_logprobs(logits, ids[:, 1:], temperature), logits
+    """(log-probs [N, L-1] of each next token under the tempered policy, logits): the trainer's recompute
+    of what `sample_rollouts` recorded. Right padding sits after every real token, so causal attention
+    never lets it change them.
+
+    Without `mask` the logits are [N, L-1, V]. With `mask` [N, L-1] (the response tokens) only the
+    masked positions go through the output head: the log-probs are 0 elsewhere and the logits are
+    [n_masked, V]. The prompt's logits are never used, and on a short answer after a long prompt they
+    are most of the head's and the softmax's work.
+    """
+    if mask is None:
+        logits, _ = model(ids)
+        logits = logits[:, :-1]
+        return token_logprobs(logits, ids[:, 1:], temperature), logits
+    wanted = mask.bool()
+    logits, _ = model(ids, logits_at=response_positions(wanted))
+    return on_response(token_logprobs(logits, ids[:, 1:][wanted], temperature), wanted), logits
+
+
+def response_positions(mask: torch.Tensor) -> torch.Tensor:
+    """The model's `logits_at` [N, L] for a target mask [N, L-1]: position t predicts token t + 1."""
+    return torch.nn.functional.pad(mask.bool(), (0, 1))
+
+
+def on_response(flat: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-token values [n_masked] laid back out as [N, L-1], 0 off the mask (differentiable)."""
+    return torch.zeros(mask.shape, dtype=flat.dtype, device=flat.device).masked_scatter(mask.bool(), flat)

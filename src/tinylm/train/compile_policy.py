@@ -1,8 +1,9 @@
 """`--compile auto|on|off`: compile each block, and only when the run is long enough to pay the compile back.
 
 Per block, not the whole model: every block has the same code and shapes, so one compiled graph serves
-all of them (compile time does not grow with depth), the chunked loss stays the hand-written eager
-autograd function it is (`models/loss.py`), the state-dict keys do not change (`Module.compile` works
+all of them (compile time does not grow with depth), the chunked loss stays the hand-written
+autograd function it is (`models/loss.py`) with only its per-chunk softmax and gradient compiled
+(`compile_output_loss`), the state-dict keys do not change (`Module.compile` works
 in place, so checkpoints stay loadable without compile), and gradient checkpointing wraps compiled
 blocks as it wraps eager ones.
 
@@ -31,6 +32,7 @@ from torch import nn
 from tinylm.agreed import decided_on_rank0
 from tinylm.errors import TinyLMError
 from tinylm.measure_cache import load_entry, store_entry
+from tinylm.models.loss import compile_output_loss
 
 if TYPE_CHECKING:
     from tinylm.config import ModelConfig
@@ -75,7 +77,10 @@ def compile_key(config: ModelConfig, batch_size: int, seq_len: int, dtype: torch
 
 
 def compile_blocks(model: nn.Module, backend: str = "inductor") -> None:
-    """torch.compile every block of `model` in place (the embedding, head and loss stay eager).
+    """torch.compile every block of `model` in place, and the per-chunk softmax of its loss.
+
+The embedding and the head's matmuls stay eager; the loss's elementwise passes over each
+[rows, vocab] chunk are fused (`models/loss.compile_output_loss`).
 
     `backend="aot_eager"` traces the same graphs without generating code: what the fast tests use.
     """
@@ -83,6 +88,7 @@ def compile_blocks(model: nn.Module, backend: str = "inductor") -> None:
         raise TinyLMError("--compile on a CPU needs a C++ compiler (install g++ or clang), or use --compile off")
     for block in model.blocks:  # type: ignore[union-attr]
         block.compile(backend=backend)
+    compile_output_loss(model.lm_head, backend)  # type: ignore[arg-type]
 
 
 @contextmanager
