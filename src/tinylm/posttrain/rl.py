@@ -57,9 +57,9 @@ from tinylm.posttrain.rl_config import RLConfig
 from tinylm.posttrain.rollout import (
     on_response,
     policy_logprobs,
+    response_logprobs,
     response_positions,
     sample_rollouts,
-    token_logprobs,
 )
 from tinylm.train.config import TrainConfig
 from tinylm.train.distributed import all_reduce_sum
@@ -357,13 +357,9 @@ class RLStage(FromBaseStage):
         algo, mask, ids = self.algo, batch["mask"], batch["ids"]
         values = None
         # the head runs on the response tokens only: logp is 0 elsewhere, and so is old (ratio 1, finite)
+        logp, logits, second = response_logprobs(model, ids, cfg.temperature, mask)
         if algo.value_head:
-            wanted = mask > 0
-            logits, flat_values = model(ids, logits_at=response_positions(wanted))
-            logp = on_response(token_logprobs(logits, ids[:, 1:][wanted], cfg.temperature), wanted)
-            values = on_response(flat_values.float(), wanted)
-        else:
-            logp, logits = policy_logprobs(model, ids, cfg.temperature, mask)
+            values = on_response(second.float(), mask)
         old, adv = batch["old_logp"] * (mask > 0), batch["advantages"]
         if algo.sequence_ratio:
             per_token, clipped = gspo_surrogate(logp, old, adv, mask, algo.clip_low, algo.clip_high)

@@ -163,9 +163,20 @@ def policy_logprobs(model: nn.Module, ids: torch.Tensor, temperature: float, mas
         logits, _ = model(ids)
         logits = logits[:, :-1]
         return token_logprobs(logits, ids[:, 1:], temperature), logits
+    logp, logits, _ = response_logprobs(model, ids, temperature, mask)
+    return logp, logits
+
+
+def response_logprobs(model: nn.Module, ids: torch.Tensor, temperature: float, mask: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(log-probs [N, L-1], 0 off `mask`; logits [n_masked, V]; the model's second output at those positions).
+
+    The output head runs on the masked positions only (`logits_at`); the second output is what the model
+    returns beside its logits (PPO's `PolicyWithValue`: the values).
+    """
     wanted = mask.bool()
-    logits, _ = model(ids, logits_at=response_positions(wanted))
-    return on_response(token_logprobs(logits, ids[:, 1:][wanted], temperature), wanted), logits
+    logits, second = model(ids, logits_at=response_positions(wanted))
+    return on_response(token_logprobs(logits, ids[:, 1:][wanted], temperature), wanted), logits, second
 
 
 def response_positions(mask: torch.Tensor) -> torch.Tensor:
