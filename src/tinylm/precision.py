@@ -161,7 +161,8 @@ def choose_precision(device: torch.device, requested: str, model_config: ModelCo
     if requested not in DTYPES:
         resolve_dtype(device, requested)  # raises the one-line error
     if requested != "auto":
-        return PrecisionChoice(resolve_dtype(device, requested), f"{requested}: asked for with --dtype {requested}")
+        fixed = f"{requested}: --dtype {requested}, a fixed choice (the command's default or yours), not measured"
+        return PrecisionChoice(resolve_dtype(device, requested), fixed)
     if device.type != "cpu":
         dtype = resolve_dtype(device, "auto")
         where = "this GPU multiplies bf16 natively" if dtype == torch.bfloat16 else f"no fast bf16 on {device.type}"
