@@ -95,9 +95,10 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 rows = slice(start, start + chunk_rows)
                 h, ok, y = hidden[rows].to(compute), valid[rows], targets[rows].clamp(min=0)[:, None]
                 logits = F.linear(h, w, b)
+                counted = ok.float()
+                weights = counted[:, None] * scale  # each counted row's share of the mean
                 if want_grads and chunk_step is not None:  # compiled: the same formulas, fused
-                    weights = ok.float()[:, None] * scale
-                    chunk_total, grad = chunk_step(logits, y, ok.float(), weights)
+                    chunk_total, grad = chunk_step(logits, y, counted, weights)
                     total += chunk_total
                 else:
                     logits = logits.float()
@@ -108,7 +109,6 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                     total += ((peak + sums.log()).squeeze(1) - picked).mul(ok).sum()  # logsumexp - target logit
                     if not want_grads:
                         continue
-                    weights = ok.float()[:, None] * scale  # each counted row's share of the mean
                     grad = probs.mul_(weights / sums).scatter_add_(1, y, -weights).to(compute)  # (p - onehot) / n
                 grad_hidden[rows] = grad @ w
                 if compute == torch.float32:

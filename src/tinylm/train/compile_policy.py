@@ -79,8 +79,8 @@ def compile_key(config: ModelConfig, batch_size: int, seq_len: int, dtype: torch
 def compile_blocks(model: nn.Module, backend: str = "inductor") -> None:
     """torch.compile every block of `model` in place, and the per-chunk softmax of its loss.
 
-The embedding and the head's matmuls stay eager; the loss's elementwise passes over each
-[rows, vocab] chunk are fused (`models/loss.compile_output_loss`).
+    The embedding and the head's matmuls stay eager; the loss's elementwise passes over each
+    [rows, vocab] chunk are fused (`models/loss.compile_output_loss`).
 
     `backend="aot_eager"` traces the same graphs without generating code: what the fast tests use.
     """
