@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tinylm.errors import TinyLMError
 from tinylm.train.metrics import read_metrics
+from tinylm.train.plot import save_figure
 
 RL_PLOT = "rl.png"
 PANELS = (("exact_match", "held-out exact-match"), ("reward", "sample reward"), ("kl", "KL to the reference"),
@@ -47,10 +48,5 @@ def plot_rl_runs(run_dirs: list[str | Path], out: str | Path | None = None) -> P
             ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
-    tmp = out_path.with_name(out_path.name + ".tmp")
-    try:
-        fig.savefig(tmp, format="png", dpi=100)
-        tmp.replace(out_path)
-    finally:
-        plt.close(fig)
+    save_figure(fig, out_path, dpi=100)
     return out_path

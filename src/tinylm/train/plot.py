@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import math
 from pathlib import Path
+from typing import Any
 
 from tinylm.errors import TinyLMError
 from tinylm.train.metrics import read_metrics
@@ -75,10 +76,18 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, title: 
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
+    save_figure(fig, out_path, dpi=110)
+    return out_path
+
+
+def save_figure(fig: Any, out_path: Path, dpi: int) -> None:
+    """Write `fig` as a PNG atomically (a .tmp then a rename), creating the folder; always closes it."""
+    import matplotlib.pyplot as plt
+
     tmp = out_path.with_name(out_path.name + ".tmp")
     try:
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(tmp, format="png", dpi=110)
+        fig.savefig(tmp, format="png", dpi=dpi)
         tmp.replace(out_path)
     except OSError as exc:
         with contextlib.suppress(OSError):  # nothing half-written stays behind
@@ -86,4 +95,3 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path | None = None, title: 
         raise TinyLMError(f"cannot write the plot {out_path}: {exc.strerror or exc}") from None
     finally:
         plt.close(fig)
-    return out_path
