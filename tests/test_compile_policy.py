@@ -55,9 +55,11 @@ def test_auto_probes_only_long_runs_and_caches_the_probe(monkeypatch: pytest.Mon
     monkeypatch.setattr(compile_policy, "have_compiler", lambda: True)
     monkeypatch.setattr(measure_cache, "machine_busy", lambda: False)
     probes: list[bool] = []
+    kernels: list[str] = []
 
-    def fake_probe(config, batch_size, seq_len, dtype, device, compiled=True) -> CompileMeasurement:
+    def fake_probe(config, batch_size, seq_len, dtype, device, compiled=True, attention="sdpa") -> CompileMeasurement:
         probes.append(compiled)
+        kernels.append(attention)
         return CompileMeasurement(20.0, 0.2, 0.1) if compiled else CompileMeasurement(0.0, 0.2, 0.2)
 
     monkeypatch.setattr(compile_policy, "measure_compile", fake_probe)
@@ -69,6 +71,8 @@ def test_auto_probes_only_long_runs_and_caches_the_probe(monkeypatch: pytest.Mon
     assert not cached.enabled and "(cached)" in cached.reason and probes == [False, True]
     budgeted = plan_compile("auto", 20_000, 0.5, time_budget_s=30.0, **SHAPE)  # 60 steps fit; 120 pay back
     assert not budgeted.enabled and "plans only 60" in budgeted.reason and probes == [False, True]
+    blockwise = plan_compile("auto", 20_000, 0.5, attention="blockwise", **SHAPE)  # another kernel, another probe
+    assert blockwise.enabled and "probed now" in blockwise.reason and kernels == ["sdpa", "sdpa", "blockwise"]
 
 
 def _loss_and_grads(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:

@@ -20,7 +20,7 @@ def first_run(out: Path) -> list[str]:
     return ["train", "--data", str(data_dir()), "--out", str(out), *sets, "--batch-size", "3", "--seq-len", "16",
             "--warmup-steps", "2", "--log-every", "1", "--eval-every", "0", "--eval-batches", "2",
             "--sample-tokens", "0", "--no-progress", "--seed", "5", "--threads", "1", "--lr", "0.002",
-            "--dtype", "fp32", "--compile", "off", "--max-steps", "3"]
+            "--dtype", "fp32", "--compile", "off", "--attention", "sdpa", "--max-steps", "3"]
 
 
 def test_resume_latest_continues_with_the_runs_model_data_and_options(tmp_path: Path,

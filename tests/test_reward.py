@@ -31,7 +31,7 @@ def reward_config(out: Path, **changes: Any) -> RewardConfig:
     base: dict[str, Any] = dict(base=str(base_run()), data=TASK, out=str(out), batch_size=4, seq_len=32,
                                 max_steps=4, warmup_steps=1, log_every=1, eval_every=2, train_examples=48,
                                 eval_examples=8, progress=False, seed=3, threads=1, lr=3e-3,
-                                dtype="fp32")  # "auto" may pick bf16 on a CPU, by a timing
+                                dtype="fp32", attention="sdpa")  # "auto" may pick bf16 or a kernel, by a timing
     base.update(changes)
     return RewardConfig(**base)
 

@@ -40,7 +40,7 @@ def sft_config(out: Path, **changes: Any) -> SFTConfig:
     base: dict[str, Any] = dict(base=str(base_run()), data=TASK, out=str(out), batch_size=4, seq_len=32,
                                 max_steps=6, warmup_steps=2, log_every=1, eval_every=3, train_examples=64,
                                 eval_examples=8, max_new_tokens=4, progress=False, seed=3, threads=1, lr=3e-3,
-                                dtype="fp32", compile="off")
+                                dtype="fp32", compile="off", attention="sdpa")
     base.update(changes)
     return SFTConfig(**base)
 
@@ -49,7 +49,8 @@ def sft_args(out: Path, *extra: str) -> list[str]:
     return ["sft", "--base", str(base_run()), "--data", TASK, "--out", str(out), "--batch-size", "4",
             "--seq-len", "32", "--warmup-steps", "2", "--log-every", "1", "--eval-every", "3",
             "--train-examples", "64", "--eval-examples", "8", "--max-new-tokens", "4", "--no-progress",
-            "--seed", "3", "--threads", "1", "--lr", "0.003", "--dtype", "fp32", "--compile", "off", *extra]
+            "--seed", "3", "--threads", "1", "--lr", "0.003", "--dtype", "fp32", "--compile", "off",
+            "--attention", "sdpa", *extra]
 
 
 def test_sft_trains_evaluates_and_records_its_lineage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

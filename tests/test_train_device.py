@@ -126,19 +126,24 @@ def test_bf16_exact_resume_on_cpu(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_bf16_dev_loss_stays_within_seed_noise_of_fp32(tmp_path) -> None:
-    """Over a short run the bf16 curve ends where fp32 does, within the spread two fp32 seeds give."""
+@pytest.mark.parametrize(("seq_len", "attention"), [(16, "sdpa"), (128, "blockwise")])
+def test_bf16_dev_loss_stays_within_seed_noise_of_fp32(tmp_path, seq_len: int, attention: str) -> None:
+    """Over a short run the bf16 curve ends where fp32 does, within the spread two fp32 seeds give.
+
+    The second case trains in bf16 on the blockwise attention kernel (bf16 scores) against fp32 SDPA.
+    """
     from test_train_support import MICRO, config
     from tinylm.train.loop import run_training
 
-    kw = dict(max_steps=150, eval_every=0, warmup_steps=10, overrides={**MICRO, "n_embed": 64, "n_head": 4})
+    kw = dict(max_steps=150, eval_every=0, warmup_steps=10, seq_len=seq_len,
+              overrides={**MICRO, "n_embed": 64, "n_head": 4, "context_length": max(seq_len, 32)})
 
-    def dev_loss(name: str, dtype: str, seed: int) -> float:
-        loss = run_training(config(tmp_path / name, dtype=dtype, seed=seed, **kw)).dev_loss
+    def dev_loss(name: str, dtype: str, seed: int, kernel: str = "sdpa") -> float:
+        loss = run_training(config(tmp_path / name, dtype=dtype, seed=seed, attention=kernel, **kw)).dev_loss
         assert loss is not None
         return loss
 
     fp32_a, fp32_b = dev_loss("fp32-a", "fp32", 3), dev_loss("fp32-b", "fp32", 4)
-    bf16_a = dev_loss("bf16-a", "bf16", 3)
+    bf16_a = dev_loss("bf16-a", "bf16", 3, attention)
     noise = abs(fp32_a - fp32_b)
     assert abs(bf16_a - fp32_a) <= max(2 * noise, 0.02 * fp32_a), (fp32_a, fp32_b, bf16_a)

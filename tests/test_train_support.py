@@ -70,10 +70,11 @@ def config(out: Path | None, **changes: Any) -> Any:
     """
     from tinylm.train.config import TrainConfig
 
+    # dtype, compile and attention fixed: no measured choice, the same math on every machine
     base: dict[str, Any] = dict(data=str(data_dir()), out=None if out is None else str(out), overrides=dict(MICRO),
                                 batch_size=4, seq_len=16, max_steps=6, warmup_steps=2, log_every=1, eval_every=0,
                                 eval_batches=4, sample_tokens=0, progress=False, seed=3, threads=1,
-                                dtype="fp32", compile="off")  # no measured choice: the same math on every machine
+                                dtype="fp32", compile="off", attention="sdpa")
     base.update(changes)
     return TrainConfig(**base)
 
@@ -93,4 +94,4 @@ def cli_args(out: Path, *extra: str) -> list[str]:
     return ["train", "--data", str(data_dir()), "--out", str(out), *sets, "--batch-size", "4", "--seq-len", "16",
             "--warmup-steps", "2", "--log-every", "1", "--eval-every", "0", "--eval-batches", "4",
             "--sample-tokens", "0", "--no-progress", "--seed", "3", "--threads", "1", "--dtype", "fp32",
-            "--compile", "off", *extra]
+            "--compile", "off", "--attention", "sdpa", *extra]

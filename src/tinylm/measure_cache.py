@@ -17,6 +17,8 @@ import json
 import os
 import platform
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,27 @@ def machine_key() -> str:
     features = " ".join(sorted((info.get("flags") or info.get("features") or "").split()))
     digest = hashlib.sha256(features.encode()).hexdigest()[:10]
     return f"{cpu_model_name()} | flags {digest} | {torch.get_num_threads()} threads | torch {torch.__version__}"
+
+
+def best_of_alternating(first: Callable[[], float], second: Callable[[], float], repeats: int, budget_s: float,
+                        began: float) -> tuple[float, float]:
+    """Best seconds of each of two timed passes, run in turn after one warm-up of each.
+
+    Best, not median: load from other processes only ever slows a pass down, so the fastest pass is
+    the closest to what the machine can do, and alternating makes a burst of load slow both alike.
+    No new pair starts once `budget_s` has passed since `began` (a slow machine gets fewer repeats).
+    """
+    first(), second()  # warm-up: allocator, kernel selection, thread pool
+    pairs = [(first(), second())]
+    while len(pairs) < repeats and time.perf_counter() - began < budget_s:
+        pairs.append((first(), second()))
+    return min(a for a, _ in pairs), min(b for _, b in pairs)
+
+
+def config_digest(config: Any, exclude: tuple[str, ...] = ()) -> str:
+    """10 hex digits naming a model config's fields (less `exclude`): part of a measurement's cache key."""
+    fields = {k: v for k, v in config.to_dict().items() if k not in exclude}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 def machine_busy() -> bool:

@@ -14,15 +14,13 @@ GPUs keep the datasheet policy of `device.resolve_dtype` (bf16 where supported).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tinylm.agreed import decided_on_rank0
 from tinylm.device import DTYPES, resolve_dtype
-from tinylm.measure_cache import cpu_info, load_entry, store_entry
+from tinylm.measure_cache import best_of_alternating, config_digest, cpu_info, load_entry, store_entry
 
 if TYPE_CHECKING:
     import torch
@@ -71,13 +69,13 @@ def native_bf16(flags: str | None = None) -> str | None:
 
 def shape_class(config: ModelConfig, rows: int, seq_len: int) -> str:
     """A cache key for everything that sets the calibration's matmul shapes (not the depth)."""
-    fields = {k: v for k, v in config.to_dict().items() if k not in ("n_blocks", "gradient_checkpointing", "dropout")}
-    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    digest = config_digest(config, exclude=("n_blocks", "gradient_checkpointing", "dropout"))
     return f"{config.arch} d{config.n_embed} v{config.vocab_size} {rows}x{seq_len} {digest}"
 
 
-def calibration_rows(batch_size: int, seq_len: int) -> int:
-    return max(1, min(batch_size, CALIBRATION_TOKENS // seq_len))
+def calibration_rows(batch_size: int, seq_len: int, tokens: int = CALIBRATION_TOKENS) -> int:
+    """Rows of a calibration pass: the run's batch, capped at `tokens` tokens (one row at least)."""
+    return max(1, min(batch_size, tokens // seq_len))
 
 
 def calibrate(config: ModelConfig, rows: int, seq_len: int, repeats: int = CALIBRATION_REPEATS) -> Calibration:
@@ -108,13 +106,10 @@ def calibrate(config: ModelConfig, rows: int, seq_len: int, repeats: int = CALIB
             model.zero_grad(set_to_none=True)
             return time.perf_counter() - start
 
-        timed(torch.float32), timed(torch.bfloat16)  # warm-up: allocator, kernel selection, thread pool
-        pairs = [(timed(torch.float32), timed(torch.bfloat16))]
-        while len(pairs) < repeats and time.perf_counter() - began < CALIBRATION_BUDGET_S:
-            pairs.append((timed(torch.float32), timed(torch.bfloat16)))
+        fp32, bf16 = best_of_alternating(lambda: timed(torch.float32), lambda: timed(torch.bfloat16), repeats,
+                                         CALIBRATION_BUDGET_S, began)
     finally:
         torch.set_rng_state(cpu_rng)
-    fp32, bf16 = min(a for a, _ in pairs), min(b for _, b in pairs)
     return Calibration(fp32, bf16, fp32 / bf16, time.perf_counter() - began)
 
 

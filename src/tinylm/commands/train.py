@@ -93,6 +93,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, d: dict[str, Any]) -> 
     h.add_argument("--compile", nargs="?", const="on", default=d["compile"], choices=("auto", "on", "off"),
                    help="torch.compile each block; auto = only when the measured compile time pays back "
                         "(bare --compile = on)")
+    h.add_argument("--attention", default=d["attention"], choices=("auto", "sdpa", "blockwise"),
+                   help="causal attention kernel; auto = blockwise query products on a CPU where the model's "
+                        "attention layer measures faster with them than with SDPA (the reason is printed)")
     h.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward")
     h.add_argument("--fsdp", action="store_true", help="shard the model with FSDP2 (under torchrun)")
 

@@ -17,8 +17,6 @@ stays eager and says so.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -31,8 +29,9 @@ from torch import nn
 
 from tinylm.agreed import decided_on_rank0
 from tinylm.errors import TinyLMError
-from tinylm.measure_cache import load_entry, store_entry
+from tinylm.measure_cache import config_digest, load_entry, store_entry
 from tinylm.models.loss import compile_output_loss
+from tinylm.train.attention_policy import use_attention_kernel
 
 if TYPE_CHECKING:
     from tinylm.config import ModelConfig
@@ -70,10 +69,12 @@ def have_compiler() -> bool:
     return any(shutil.which(name) for name in ("c++", "g++", "clang++"))
 
 
-def compile_key(config: ModelConfig, batch_size: int, seq_len: int, dtype: torch.dtype) -> str:
-    fields = {k: v for k, v in config.to_dict().items() if k not in ("n_blocks", "dropout")}
-    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    return f"{config.arch} d{config.n_embed} {batch_size}x{seq_len} {str(dtype).removeprefix('torch.')} {digest}"
+def compile_key(config: ModelConfig, batch_size: int, seq_len: int, dtype: torch.dtype,
+                attention: str = "sdpa") -> str:
+    digest = config_digest(config, exclude=("n_blocks", "dropout"))
+    kernel = "" if attention == "sdpa" else f" {attention}"  # sdpa keeps the keys measured before the choice existed
+    precision = str(dtype).removeprefix("torch.")
+    return f"{config.arch} d{config.n_embed} {batch_size}x{seq_len} {precision}{kernel} {digest}"
 
 
 def compile_blocks(model: nn.Module, backend: str = "inductor") -> None:
@@ -99,9 +100,10 @@ def eager_blocks() -> Iterator[None]:
 
 
 def measure_compile(config: ModelConfig, batch_size: int, seq_len: int, dtype: torch.dtype,
-                    device: torch.device, compiled: bool = True) -> CompileMeasurement:
+                    device: torch.device, compiled: bool = True, attention: str = "sdpa") -> CompileMeasurement:
     """Probe a one-block copy: eager forward+backward, then (if `compiled`) compile time and compiled step.
 
+    `attention` is the run's attention kernel (`attention_policy.py`): the probe times what the run runs.
     Random-number state is saved and restored, so probing changes nothing a seeded run does.
     """
     from tinylm.device import autocast
@@ -111,6 +113,7 @@ def measure_compile(config: ModelConfig, batch_size: int, seq_len: int, dtype: t
     try:
         torch.manual_seed(0)
         model = build_model(config.replace(n_blocks=1, dropout=0.0, gradient_checkpointing=False)).to(device)
+        use_attention_kernel(model, attention)
         x = torch.randint(0, config.vocab_size, (batch_size, seq_len), device=device)
 
         def step() -> float:
@@ -163,7 +166,7 @@ def decide(measurement: CompileMeasurement, planned_steps: int, n_blocks: int, c
 
 def plan_compile(requested: str, planned_steps: int, est_step_s: float | None, *, model_config: ModelConfig,
                  batch_size: int, seq_len: int, dtype: torch.dtype, device: torch.device,
-                 time_budget_s: float | None = None) -> CompileChoice:
+                 time_budget_s: float | None = None, attention: str = "sdpa") -> CompileChoice:
     """Whether to compile the blocks of this run: `on`/`off` as asked, `auto` by measured payback.
 
     `planned_steps` counts forward+backward passes of one micro-batch (optimizer steps x accumulation)
@@ -181,16 +184,18 @@ def plan_compile(requested: str, planned_steps: int, est_step_s: float | None, *
         return CompileChoice(False, "eager: --compile off")
     if device.type == "cpu" and not have_compiler():
         return CompileChoice(False, "eager: no C++ compiler found, which torch.compile needs on a CPU")
-    shape = (model_config, batch_size, seq_len, dtype, device)
+    shape = (model_config, batch_size, seq_len, dtype, device, attention)
     return decided_on_rank0(lambda: _plan_auto(planned_steps, est_step_s, time_budget_s, *shape))
 
 
 def _plan_auto(planned_steps: int, est_step_s: float | None, time_budget_s: float | None, model_config: ModelConfig,
-               batch_size: int, seq_len: int, dtype: torch.dtype, device: torch.device) -> CompileChoice:
-    key = compile_key(model_config, batch_size, seq_len, dtype)
+               batch_size: int, seq_len: int, dtype: torch.dtype, device: torch.device,
+               attention: str) -> CompileChoice:
+    key = compile_key(model_config, batch_size, seq_len, dtype, attention)
     found = cached_measurement(key)
     if est_step_s is None:
-        probe = found or measure_compile(model_config, batch_size, seq_len, dtype, device, compiled=False)
+        probe = found or measure_compile(model_config, batch_size, seq_len, dtype, device, compiled=False,
+                                         attention=attention)
         est_step_s = probe.eager_s * model_config.n_blocks
     if time_budget_s is not None:
         planned_steps = min(planned_steps, max(1, int(time_budget_s / max(est_step_s, 1e-9))))
@@ -199,6 +204,6 @@ def _plan_auto(planned_steps: int, est_step_s: float | None, time_budget_s: floa
     if planned_steps * est_step_s < PROBE_WORTH_S:
         return CompileChoice(False, f"eager: the run (~{planned_steps * est_step_s / 60:.0f} min eager) is too short "
                                     f"to pay for a first compile probe; no measurement cached for this shape")
-    measured = measure_compile(model_config, batch_size, seq_len, dtype, device)
+    measured = measure_compile(model_config, batch_size, seq_len, dtype, device, attention=attention)
     record_measurement(key, measured)
     return decide(measured, planned_steps, model_config.n_blocks, cached=False)

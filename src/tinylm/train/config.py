@@ -35,6 +35,7 @@ class TrainConfig:
     dtype: str = "auto"
     threads: int | None = None
     compile: str = "auto"  # auto (only when the measured compile time pays back) | on | off
+    attention: str = "auto"  # auto (blockwise on a CPU where it measures faster) | sdpa | blockwise
     gradient_checkpointing: bool = False
     fsdp: bool = False
     # batch
@@ -104,6 +105,8 @@ class TrainConfig:
         need(self.sample_tokens >= 0, "--sample-tokens must be >= 0")
         need(self.threads is None or self.threads >= 1, "--threads must be >= 1")
         need(self.compile in ("auto", "on", "off"), f"--compile must be auto, on or off (got {self.compile!r})")
+        need(self.attention in ("auto", "sdpa", "blockwise"),
+             f"--attention must be auto, sdpa or blockwise (got {self.attention!r})")
         from tinylm.inference.sampling import check_sampling_options
 
         check_sampling_options(self.temperature, self.top_k)  # the end-of-run sample: refuse now, not after training

@@ -41,6 +41,7 @@ from tinylm.config import ModelConfig
 from tinylm.device import configure_backends, describe, empty_cache, peak_flops, resolve_dtype
 from tinylm.errors import TinyLMError
 from tinylm.precision import PrecisionChoice, choose_precision
+from tinylm.train.attention_policy import AttentionChoice, choose_attention, use_attention_kernel
 from tinylm.train.compile_policy import compile_blocks, eager_blocks, plan_compile
 from tinylm.train.config import TrainConfig
 from tinylm.train.distributed import (
@@ -187,6 +188,7 @@ class _Run:
         train_model: nn.Module = raw
         if cfg.fsdp:
             wrap_model(raw, env, self.device, fsdp=True)  # shards in place
+        self._choose_attention(raw)
         self._choose_compile(raw)
         if env.enabled and not cfg.fsdp:
             train_model = wrap_model(train_model, env, self.device, find_unused=self.mcfg.is_moe)
@@ -215,6 +217,16 @@ class _Run:
                                               self.seq_len)
         self.dtype = self.stage.ctx.dtype = self.precision.dtype
 
+    def _choose_attention(self, raw: nn.Module) -> None:
+        """The attention kernel: measured on a CPU (`attention_policy.py`); a resumed run keeps its own."""
+        saved = (self.state or {}).get("attention")
+        if self.cfg.attention == "auto" and saved:
+            self.attention = AttentionChoice(saved, f"{saved}: as the run being resumed")
+        else:
+            self.attention = choose_attention(self.cfg.attention, self.mcfg, self.cfg.batch_size, self.seq_len,
+                                              self.dtype, self.device)
+        use_attention_kernel(raw, self.attention.kernel)
+
     def _choose_compile(self, raw: nn.Module) -> None:
         """Compile each block in place when asked, or (auto) when the measured compile time pays back."""
         cfg = self.cfg
@@ -223,7 +235,8 @@ class _Run:
             cfg.max_steps, math.ceil(cfg.max_tokens / self.tokens_per_step))
         self.compile_choice = plan_compile(cfg.compile, max(0, total_steps - done) * cfg.grad_accum, None,
                                            model_config=self.mcfg, batch_size=cfg.batch_size, seq_len=self.seq_len,
-                                           dtype=self.dtype, device=self.device, time_budget_s=cfg.time_budget)
+                                           dtype=self.dtype, device=self.device, time_budget_s=cfg.time_budget,
+                                           attention=self.attention.kernel)
         if self.compile_choice.enabled:
             compile_blocks(raw)  # in place: the state-dict names stay, DDP wraps the same module
 
@@ -306,7 +319,8 @@ class _Run:
             train_state = {"step": self.step, "tokens": self.tokens, "optimizer": optimizer,
                            "loader": self.stage.state_dict(), "rng": rngs, "schedule": self.schedule.to_dict(),
                            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-                           "world_size": self.env.world_size, "dtype": str(self.dtype).removeprefix("torch.")}
+                           "world_size": self.env.world_size, "dtype": str(self.dtype).removeprefix("torch."),
+                           "attention": self.attention.kernel}
             meta = {"tokens": self.tokens, "train": self.cfg.to_dict(), "params": self.raw.num_params(),
                     "metrics": metrics, **self.stage.checkpoint_meta()}
             path = save_checkpoint(self.run_dir, self.step, self.raw, self.mcfg, state_dict=weights,
@@ -361,6 +375,7 @@ class _Run:
                  f"{self.tokens_per_step:,} tokens/step (batch {self.cfg.batch_size} x accum {self.cfg.grad_accum} "
                  f"x seq {self.seq_len} x {self.env.world_size} proc)")
         self.say(f"precision: {self.precision.reason}")
+        self.say(f"attention: {self.attention.reason}")
         self.say(f"compile: {self.compile_choice.reason}")
         if self.ckpt is not None and self.state is not None:
             self.say(f"resumed from {self.ckpt} at step {self.step}")

@@ -9,7 +9,10 @@ Gemma 3: keeps attention logits from growing), a sliding window (a token sees on
 `sliding_window` tokens, Mistral / Gemma), and a sigmoid output gate (each head's output is scaled
 by sigmoid(W_g x), Qwen3-Next: lets a head switch itself off and removes attention sinks).
 The attention itself is `F.scaled_dot_product_attention`, which picks flash / memory-efficient
-kernels when it can.
+kernels when it can. On a CPU, where those kernels are slow, a training run may switch a model to
+`kernel = "blockwise"` (models/modern/blockwise_attention.py) after measuring it faster
+(train/attention_policy.py); it computes the same function (in bf16 with its scores rounded to
+bf16, as eager attention does), and only without a KV cache.
 """
 
 from __future__ import annotations
@@ -19,12 +22,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from tinylm.config import ModelConfig
+from tinylm.models.modern.blockwise_attention import blockwise_causal_attention
 from tinylm.models.modern.kv_cache import KVCache
 from tinylm.models.modern.norm import RMSNorm
 from tinylm.models.modern.rope import apply_rope
 
+ATTENTION_KERNELS: tuple[str, ...] = ("sdpa", "blockwise")
+
 
 class Attention(nn.Module):
+    kernel: str = "sdpa"  # "blockwise": models/modern/blockwise_attention.py, for passes without a KV cache
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = config.n_head, config.kv_heads, config.dim_per_head
@@ -57,15 +65,17 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, head_dim]
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if cache is not None:  # append this step's keys/values, attend over everything cached
-            k = cache.write(layer, "k", k.transpose(1, 2)).transpose(1, 2)
-            v = cache.write(layer, "v", v.transpose(1, 2)).transpose(1, 2)
-        if self.n_kv_head != self.n_head:  # each KV head serves n_head / n_kv_head query heads
-            repeats = self.n_head // self.n_kv_head
-            k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=self.dropout if self.training else 0.0
-        )
+        dropout = self.dropout if self.training else 0.0
+        if self.kernel == "blockwise" and cache is None:  # queries and keys both at slots 0..T-1
+            y = blockwise_causal_attention(q, k, v, mask, dropout)
+        else:
+            if cache is not None:  # append this step's keys/values, attend over everything cached
+                k = cache.write(layer, "k", k.transpose(1, 2)).transpose(1, 2)
+                v = cache.write(layer, "v", v.transpose(1, 2)).transpose(1, 2)
+            if self.n_kv_head != self.n_head:  # each KV head serves n_head / n_kv_head query heads
+                repeats = self.n_head // self.n_kv_head
+                k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)
         if self.gate_proj is not None:
             y = y * torch.sigmoid(self.gate_proj(x))
