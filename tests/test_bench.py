@@ -163,3 +163,29 @@ def test_explicit_bf16_decodes_with_bf16_weights() -> None:
                            sections=("decode",))
     result = run_bench(options)
     assert result["decode_dtype"] == "bf16" and result["decode_tokens_per_s"] > 0
+
+
+def test_int8_decoding_is_measured_against_float_transformers_with_the_int8_bytes() -> None:
+    options = BenchOptions(preset="tiny", overrides=MICRO, batch_size=2, seq_len=16, repeats=1, warmup=0,
+                           device="cpu", threads=1, dtype="bf16", decode_tokens=4, int8=True,
+                           sections=("decode",))
+    result = run_bench(options)
+    assert result["decode_int8"] and result["decode_dtype"] == "bf16"
+    assert result["decode_dtype_reason"] == "bf16 activations, int8 weights: --dtype bf16"
+    assert result["reference_decode_tokens_per_s"] > 0  # transformers ran on the float copy of the same weights
+    # bf16: the tied 256 x 32 table and three norms of 32; int8: q, o (32 x 32), k, v (16 x 32: one head of 16),
+    # gate, up (128 x 32) and down (32 x 128), plus one bf16 scale per output row of each of those layers
+    floats = 2 * (256 * 32 + 3 * 32)
+    int8 = 32 * (32 + 16 + 16 + 32 + 128 + 128) + 128 * 32
+    scales = 2 * (32 + 16 + 16 + 32 + 128 + 128 + 32)
+    assert result["decode_weight_bytes"] == floats + int8 + scales
+    assert "batch 1, int8 weights" in format_table(result)
+
+
+def test_the_training_step_reports_its_attention_kernel() -> None:
+    options = BenchOptions(preset="tiny", overrides={**MICRO, "context_length": 128}, batch_size=2, seq_len=128,
+                           repeats=1, warmup=0, device="cpu", threads=1, reference=False, attention="blockwise",
+                           sections=("train",))
+    result = run_bench(options)
+    assert result["attention_kernel"] == "blockwise" and "--attention blockwise" in result["attention_reason"]
+    assert "attention (training step): blockwise" in format_table(result)

@@ -13,6 +13,7 @@ import torch
 from model_variants import all_configs
 from tinylm.inference.engine import Engine
 from tinylm.inference.fast_decode import FastDecoder, rotation_table
+from tinylm.inference.packed_bf16 import can_pack, packed_linear
 from tinylm.inference.runners import FastDecoder as RunnerFast
 from tinylm.inference.runners import ModelCacheRunner, RecomputeRunner, make_runner
 from tinylm.inference.sampling import GREEDY, SamplingParams
@@ -34,17 +35,76 @@ def test_make_runner_picks_the_fastest_supported_path() -> None:
     assert isinstance(make_runner(_model("gqa"), 1, use_cache=False), RecomputeRunner)
 
 
+@pytest.mark.parametrize("batch", [1, 2])  # one row: the single-row norm and the rotation-matrix RoPE
 @pytest.mark.parametrize("name", ["mha", "gqa", "mqa", "qknorm", "window", "gated", "moe_shared", "untied"])
-def test_fast_decoder_logits_match_the_model(name: str) -> None:
+def test_fast_decoder_logits_match_the_model(name: str, batch: int) -> None:
     """The lean decode path computes the model's own logits: prefill, then token by token."""
     model = _model(name)
-    idx = torch.randint(0, model.config.vocab_size, (2, 20), generator=torch.Generator().manual_seed(1))
+    idx = torch.randint(0, model.config.vocab_size, (batch, 20), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         reference, _ = model(idx)
-        decoder = FastDecoder(model, batch_size=2)
+        decoder = FastDecoder(model, batch_size=batch)
         logits = [decoder.extend(idx[:, :12], last_only=False)]
         logits += [decoder.extend(idx[:, t : t + 1]) for t in range(12, 20)]
     torch.testing.assert_close(torch.cat(logits, dim=1), reference, atol=1e-4, rtol=1e-4)
+
+
+PACKING = pytest.mark.skipif(not can_pack(torch.zeros(1, dtype=torch.bfloat16)), reason="no oneDNN linear ops")
+
+
+@PACKING
+@pytest.mark.parametrize("rows", [(1,), (5,), (2, 3)])
+def test_a_packed_bf16_weight_gives_f_linears_product_bit_for_bit(rows: tuple[int, ...]) -> None:
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(96, 40, generator=g).bfloat16()
+    x = torch.randn(*rows, 40, generator=g).bfloat16()
+    assert torch.equal(packed_linear(weight)(x), torch.nn.functional.linear(x, weight))
+
+
+@PACKING
+@pytest.mark.parametrize("name", ["gqa", "gated", "untied"])
+def test_a_bf16_fast_decoder_on_packed_weights_computes_what_it_does_unpacked(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16 weights (what `decode_precision` casts to) take the packed products: the same logits, bit for bit."""
+    from tinylm.inference import fast_decode
+
+    model = _model(name).to(torch.bfloat16)
+    idx = torch.randint(0, model.config.vocab_size, (1, 20), generator=torch.Generator().manual_seed(1))
+
+    def decode() -> torch.Tensor:
+        with torch.inference_mode():
+            decoder = FastDecoder(model, batch_size=1)
+            logits = [decoder.extend(idx[:, :12], last_only=False)]
+            logits += [decoder.extend(idx[:, t : t + 1]) for t in range(12, 20)]
+        return torch.cat(logits, dim=1)
+
+    packed = decode()
+    monkeypatch.setattr(fast_decode, "can_pack", lambda weight: False)
+    assert torch.equal(packed, decode())
+    with torch.inference_mode():
+        reference = model(idx)[0].float()
+    assert (packed.float() - reference).abs().max() < 0.02 * reference.abs().max() + 0.1  # bf16 rounding apart
+
+
+def test_the_single_row_norm_equals_f_rms_norm() -> None:
+    """One float32 row takes the mean square as a 1x1 addmm (three kernels); it is F.rms_norm's value."""
+    decoder = FastDecoder(_model("gqa"), batch_size=1)
+    weight = torch.randn(decoder.n_embed, generator=torch.Generator().manual_seed(2))
+    for scale in (1e-3, 1.0, 30.0):
+        x = scale * torch.randn(1, 1, decoder.n_embed, generator=torch.Generator().manual_seed(3))
+        expected = torch.nn.functional.rms_norm(x, (decoder.n_embed,), weight, decoder.eps)
+        torch.testing.assert_close(decoder.norm(x, weight), expected, rtol=1e-6, atol=1e-7)
+    rows = torch.randn(2, 3, decoder.n_embed)  # several rows: F.rms_norm itself
+    assert torch.equal(decoder.norm(rows, weight), torch.nn.functional.rms_norm(rows, (decoder.n_embed,), weight,
+                                                                                  decoder.eps))
+    from tinylm.models.modern.norm import RMSNorm  # a bf16 row: normalized in float32, as the model's RMSNorm does
+
+    half = FastDecoder(_model("gqa").to(torch.bfloat16), batch_size=1)
+    module = RMSNorm(half.n_embed, half.eps).to(torch.bfloat16)
+    x = torch.randn(1, half.n_embed, generator=torch.Generator().manual_seed(4)).bfloat16() * 3
+    with torch.no_grad():
+        expected = module(x)
+    torch.testing.assert_close(half.norm(x, module.weight), expected, rtol=2**-7, atol=0)
 
 
 def test_one_token_rope_as_a_rotation_matrix_equals_the_elementwise_form() -> None:

@@ -53,6 +53,7 @@ def test_greedy_output_is_prompt_plus_the_engines_continuation(run_dir: Path, ca
     ids = Engine(model).generate([tokenizer.encode("def add(")], 30, GREEDY, stop_ids=[tokenizer.eot_id])[0]
     assert out == "def add(" + tokenizer.decode(ids) + "\n"
     assert "tokens/s" in err and "step 5" in err
+    assert "tinylm: fp32 weights: " in err  # the decode precision and its reason (a small model stays fp32)
 
 
 def test_checkpoint_folder_samples_seeds_and_options(run_dir: Path, capsys, tmp_path: Path) -> None:
@@ -66,7 +67,7 @@ def test_checkpoint_folder_samples_seeds_and_options(run_dir: Path, capsys, tmp_
     assert code == 0, err
     assert out.count("--- sample") == 2 and out.count("class Point") == 2
     assert _generate(capsys, *args)[1] == out  # seeded: the same text again
-    assert "int8" in err
+    assert "int8" in err and "tinylm: int8 weights, fp32 activations: " in err
 
 
 def test_speculative_draft_gives_the_greedy_target_text(run_dir: Path, capsys, tmp_path: Path) -> None:

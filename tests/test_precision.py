@@ -13,6 +13,7 @@ from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.inference import decode_precision
 from tinylm.inference.engine import Engine
+from tinylm.inference.int8 import Int8Linear
 from tinylm.inference.sampling import GREEDY
 from tinylm.models.factory import build_model
 
@@ -269,5 +270,15 @@ def test_load_for_generation_reports_its_decode_precision(tmp_path: Path, monkey
     monkeypatch.setattr(decode_precision, "measure_decode_ratio", lambda a, b: 1.5)
     model, _, meta = load_for_generation(str(make_run(tmp_path)), device="cpu")
     assert next(model.parameters()).dtype == torch.bfloat16 and "1.50x faster" in meta["decode_precision"]
+    calls: list[tuple[type, type]] = []
+
+    def ratio(fp32_model: torch.nn.Module, bf16_model: torch.nn.Module) -> float:
+        calls.append((type(fp32_model.blocks[0].mlp.up), next(bf16_model.buffers()).dtype))
+        return 1.5
+
+    monkeypatch.setattr(decode_precision, "measure_decode_ratio", ratio)
     model, _, meta = load_for_generation(str(make_run(tmp_path, name="int8")), int8=True, device="cpu")
-    assert "decode_precision" not in meta  # int8 weights: already a quarter of the bytes, no bf16 cast on a CPU
+    # the int8 model is measured under its own key: int8 rows stay int8, the activations become bf16
+    assert meta["decode_precision"].startswith("int8 weights, bf16 activations") and len(calls) == 1
+    assert calls[0][0] is Int8Linear and model.blocks[0].mlp.up.qweight.dtype == torch.int8
+    assert model.blocks[0].mlp.up.scale.dtype == torch.bfloat16 and model.token_embed.weight.dtype == torch.bfloat16

@@ -38,8 +38,10 @@ class BenchOptions:
     dtype: str = "fp32"
     threads: int | None = None
     compile: bool = False
+    attention: str = "auto"  # tinylm's training attention kernel: auto | sdpa | blockwise, as `tinylm train`
     reference: bool = True  # also measure `transformers`
     decode_tokens: int = 128
+    int8: bool = False  # decode with int8 weights (what `tinylm generate --int8` runs); the reference stays float
     sections: tuple[str, ...] = SECTIONS
     profile: bool = False
     seed: int = 0
@@ -142,15 +144,23 @@ def _versions() -> dict[str, str | None]:
 
 def _decoding_model(model: torch.nn.Module, opts: BenchOptions, device: torch.device,
                     dtype: torch.dtype) -> tuple[torch.nn.Module, str]:
-    """A copy of the model in the weights' dtype decoding uses: what `tinylm generate` picks under auto."""
+    """A copy of the model in the weights' dtype decoding uses: what `tinylm generate` picks under auto.
+
+    With `opts.int8` the copy's linear layers are int8 (`generate --int8`) and the dtype is its activations'.
+    """
     from tinylm.inference.decode_precision import cast_for_decoding
+    from tinylm.inference.int8 import quantize_int8
 
     twin = copy.deepcopy(model)
+    what = "weights"
+    if opts.int8:
+        quantize_int8(twin)
+        what = "activations, int8 weights"
     if opts.dtype == "auto":
         return cast_for_decoding(twin, device)
     if dtype == torch.float32:
-        return twin, "fp32 weights: --dtype fp32"
-    return twin.to(dtype), f"{DTYPE_NAMES[dtype]} weights: --dtype {opts.dtype}"
+        return twin, f"fp32 {what}: --dtype fp32"
+    return twin.to(dtype), f"{DTYPE_NAMES[dtype]} {what}: --dtype {opts.dtype}"
 
 
 def _decode(model: torch.nn.Module, opts: BenchOptions, context: int, device: torch.device,
@@ -159,21 +169,23 @@ def _decode(model: torch.nn.Module, opts: BenchOptions, context: int, device: to
     from tinylm.bench.memory_bandwidth import read_bandwidth, weight_bytes
     from tinylm.inference.benchmark import decode_tokens_per_s, hf_decode_tokens_per_s
 
-    model, reason = _decoding_model(model, opts, device, dtype)
-    bandwidth, weights = read_bandwidth(device), weight_bytes(model)
+    decoding, reason = _decoding_model(model, opts, device, dtype)
+    decode_dtype = next(decoding.parameters()).dtype
+    reference = copy.deepcopy(model).to(decode_dtype)  # transformers gets float weights in the same dtype
+    bandwidth, weights = read_bandwidth(device), weight_bytes(decoding)
     new_tokens = max(1, min(opts.decode_tokens, context - 8))
     ours: list[float] = []
     theirs: list[float] = []
     reference_error = None
     for _ in range(opts.repeats):
-        ours.append(decode_tokens_per_s(model, new_tokens=new_tokens, repeats=1))
+        ours.append(decode_tokens_per_s(decoding, new_tokens=new_tokens, repeats=1))
         if opts.reference and reference_error is None:
             try:
-                theirs.append(hf_decode_tokens_per_s(model, new_tokens=new_tokens, repeats=1))
+                theirs.append(hf_decode_tokens_per_s(reference, new_tokens=new_tokens, repeats=1))
             except TinyLMError as exc:  # a feature with no transformers counterpart
                 reference_error = str(exc)
     mine, ref = Measurement(ours), (Measurement(theirs) if theirs else None)
-    return {"decode_new_tokens": new_tokens, "decode_dtype": DTYPE_NAMES[next(model.parameters()).dtype],
+    return {"decode_new_tokens": new_tokens, "decode_dtype": DTYPE_NAMES[decode_dtype], "decode_int8": opts.int8,
             "decode_dtype_reason": reason,
             "decode_tokens_per_s": mine.median, "decode": mine.to_dict(),
             "reference_decode_tokens_per_s": _median(ref), "reference_decode": _measured(ref),
@@ -187,8 +199,11 @@ def _decode(model: torch.nn.Module, opts: BenchOptions, context: int, device: to
 def _train(model: torch.nn.Module, opts: BenchOptions, device: torch.device, dtype: torch.dtype, seq_len: int,
            peak: float | None, n_matmul: int) -> dict[str, Any]:
     from tinylm.bench.train_step import StepSetup, random_batch, reference_model, reference_step, tinylm_step
+    from tinylm.train.attention_policy import choose_attention, use_attention_kernel
 
     setup = StepSetup(opts.batch_size, seq_len, device, dtype, opts.compile)
+    attention = choose_attention(opts.attention, model.config, opts.batch_size, seq_len, dtype, device)
+    use_attention_kernel(model, attention.kernel)
     batch = random_batch(model.config.vocab_size, setup, opts.seed)
     reference_error = None
     hf = None
@@ -211,6 +226,7 @@ def _train(model: torch.nn.Module, opts: BenchOptions, device: torch.device, dty
         "train_tokens_per_s": mine.median, "train": mine.to_dict(),
         "reference_train_tokens_per_s": _median(ref), "reference_train": _measured(ref),
         "train_ratio_vs_transformers": ratio(mine, ref), "train_reference_error": reference_error,
+        "attention_kernel": attention.kernel, "attention_reason": attention.reason,
         "reference_model": None if hf is None else type(hf).__name__,
         "mfu": mfu(mine, 6 * n_matmul),
         "mfu_with_attention": mfu(mine, model.flops_per_token(seq_len)),
@@ -247,8 +263,9 @@ def format_table(result: dict[str, Any]) -> str:
                      f"{num('train_ratio_vs_transformers', '.2f')}x |")
         lines.append(f"| 6N MFU | {num('mfu', '.1%')} | {num('reference_mfu', '.1%')} | |")
     if "decode" in result:
-        lines.append(f"| decode tokens/s (batch 1) | {rate('decode', 'tok/s')} | {rate('reference_decode', 'tok/s')} | "
-                     f"{num('decode_ratio_vs_transformers', '.2f')}x |")
+        int8 = ", int8 weights" if result.get("decode_int8") else ""
+        lines.append(f"| decode tokens/s (batch 1{int8}) | {rate('decode', 'tok/s')} | "
+                     f"{rate('reference_decode', 'tok/s')} | {num('decode_ratio_vs_transformers', '.2f')}x |")
     if "tokenizer_encode" in result:
         lines.append(f"| BPE encode MB/s | {rate('tokenizer_encode', 'MB/s')} | tiktoken "
                      f"{rate('reference_tokenizer_encode', 'MB/s')} | {num('tokenizer_ratio_vs_tiktoken', '.2f')}x |")
@@ -256,6 +273,8 @@ def format_table(result: dict[str, Any]) -> str:
                      f"{num('tokenizer_ratio_vs_hf_tokenizers', '.2f')}x |")
     lines.append("")
     lines.append(f"dtype: {result['dtype_reason']}")
+    if result.get("attention_reason"):
+        lines.append(f"attention (training step): {result['attention_reason']}")
     if result.get("decode_dtype_reason"):
         lines.append(f"decode weights: {result['decode_dtype_reason']}")
     if result.get("decode_roofline_tokens_per_s"):

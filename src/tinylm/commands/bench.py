@@ -42,9 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for both sides (default: torch's)")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile both models (tinylm per block, transformers whole, as its users do)")
+    parser.add_argument("--attention", default="auto", choices=("auto", "sdpa", "blockwise"),
+                        help="tinylm's causal attention kernel in the training step; auto = what `tinylm train` "
+                             "would pick (blockwise on a CPU where it measures faster; the reason is printed)")
     parser.add_argument("--no-reference", dest="reference", action="store_false",
                         help="skip the transformers measurements")
     parser.add_argument("--decode-tokens", type=int, default=128, help="new tokens per decode measurement")
+    parser.add_argument("--int8", action="store_true",
+                        help="decode with int8 weights, as `tinylm generate --int8` (transformers keeps float weights)")
     parser.add_argument("--only", default=None, metavar="SECTIONS",
                         help="comma list of matmul,decode,train,loader,tokenizer (default: all)")
     parser.add_argument("--profile", action="store_true", help="also print where a training step's time goes")
@@ -61,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
     options = BenchOptions(
         preset=args.preset, arch=args.arch, overrides=overrides, batch_size=args.batch_size, seq_len=args.seq_len,
         repeats=args.repeats, warmup=args.warmup, device=args.device, dtype=args.dtype, threads=args.threads,
-        compile=args.compile, reference=args.reference, decode_tokens=args.decode_tokens, sections=sections,
-        profile=args.profile)
+        compile=args.compile, attention=args.attention, reference=args.reference, decode_tokens=args.decode_tokens,
+        int8=args.int8, sections=sections, profile=args.profile)
     result = run_bench(options, say=lambda line: print(line, file=sys.stderr))
     text = json.dumps(result, indent=2)
     print(text if args.json else format_table(result))

@@ -159,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
         check_same_tokenizer(tokenizer, draft_tokenizer, args.draft)
     print(f"tinylm: {meta['path']} (step {meta.get('step')}, {model.config.arch}, "
           f"{model.num_params() / 1e6:.1f}M parameters{', int8' if args.int8 else ''})", file=sys.stderr)
+    if meta.get("decode_precision"):
+        print(f"tinylm: {meta['decode_precision']}", file=sys.stderr)
 
     window = model.config.context_length
     if args.chat:

@@ -8,13 +8,15 @@ the two are measured: greedy cached decoding of this model with fp32 and with bf
 alternating, best of a few; bf16 is kept only if it is `DECODE_MARGIN` faster. The result is cached
 per machine and model shape. Models small enough to stay in cache are not measured: they are bound
 by per-token overhead, which bf16 does not shrink.
+
+An int8 model (`int8.quantize_int8`) goes through the same measurement for its activations: with
+bf16 activations its products run in torch's weight-only int8 kernel, in float32 they dequantize on
+the fly, so the two are timed as well, under their own cache key.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import time
 
 import torch
@@ -22,7 +24,7 @@ from torch import nn
 
 from tinylm.inference.engine import Engine
 from tinylm.inference.sampling import GREEDY
-from tinylm.measure_cache import load_entry, store_entry
+from tinylm.measure_cache import config_digest, load_entry, store_entry
 from tinylm.precision import native_bf16
 
 CACHE_KIND = "decode_precision"
@@ -34,10 +36,17 @@ PROBE_TOKENS = 16
 PROBE_REPEATS = 3
 
 
-def decode_key(config: object) -> str:
+def is_int8(model: nn.Module) -> bool:
+    from tinylm.inference.int8 import Int8Linear
+
+    return any(isinstance(m, Int8Linear) for m in model.modules())
+
+
+def decode_key(config: object, int8: bool = False) -> str:
     fields = config.to_dict()  # type: ignore[attr-defined]
-    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    return f"{fields['arch']} d{fields['n_embed']} x{fields['n_blocks']} v{fields['vocab_size']} {digest}"
+    digest = config_digest(config)
+    weights = " int8" if int8 else ""
+    return f"{fields['arch']} d{fields['n_embed']} x{fields['n_blocks']} v{fields['vocab_size']}{weights} {digest}"
 
 
 def decode_seconds(engine: Engine, new_tokens: int = PROBE_TOKENS) -> float:
@@ -60,23 +69,29 @@ def measure_decode_ratio(model: nn.Module, bf16_model: nn.Module) -> float:
 
 
 def cast_for_decoding(model: nn.Module, device: torch.device) -> tuple[nn.Module, str]:
-    """The model to decode with (cast to bf16 where that is measured or known faster) and why."""
+    """The model to decode with (cast to bf16 where that is measured or known faster) and why.
+
+    For an int8 model the cast reaches the activations, norms and embedding; the int8 rows stay int8.
+    """
     from tinylm.device import supports_bf16
 
+    int8 = is_int8(model)
+    bf16, fp32 = ("int8 weights, bf16 activations", "int8 weights, fp32 activations") if int8 else (
+        "bf16 weights", "fp32 weights")
     if device.type == "cuda":
         if supports_bf16(device):
-            return model.to(torch.bfloat16), "bf16 weights: this GPU multiplies bf16 natively"
-        return model, "fp32 weights: this GPU has no bf16"
+            return model.to(torch.bfloat16), f"{bf16}: this GPU multiplies bf16 natively"
+        return model, f"{fp32}: this GPU has no bf16"
     if device.type != "cpu":
-        return model, f"fp32 weights on {device.type}"
+        return model, f"{fp32} on {device.type}"
     feature = native_bf16()
     if feature is None:
-        return model, "fp32 weights: this CPU has no native bf16 matmul"
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        return model, f"{fp32}: this CPU has no native bf16 matmul"
+    weight_bytes = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
     if weight_bytes < MIN_MEASURED_BYTES:
-        return model, (f"fp32 weights: {weight_bytes / 2**20:.1f} MiB of weights stay in cache, where decoding is "
+        return model, (f"{fp32}: {weight_bytes / 2**20:.1f} MiB of weights stay in cache, where decoding is "
                        f"bound by per-token overhead, not bytes")
-    key = decode_key(model.config)  # type: ignore[union-attr]
+    key = decode_key(model.config, int8)  # type: ignore[union-attr]
     entry = load_entry(CACHE_KIND, key)
     bf16_model = None
     if entry is not None and isinstance(entry.get("ratio"), (int, float)):
@@ -87,5 +102,5 @@ def cast_for_decoding(model: nn.Module, device: torch.device) -> tuple[nn.Module
         store_entry(CACHE_KIND, key, {"ratio": ratio, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
     if ratio >= DECODE_MARGIN:
         chosen = bf16_model if bf16_model is not None else model.to(torch.bfloat16)
-        return chosen, f"bf16 weights: {feature}, decoding measured {ratio:.2f}x faster than fp32 ({how})"
-    return model, f"fp32 weights: bf16 decoding measured {ratio:.2f}x of fp32 on this {feature} CPU ({how})"
+        return chosen, f"{bf16}: {feature}, decoding measured {ratio:.2f}x faster than fp32 ({how})"
+    return model, f"{fp32}: bf16 decoding measured {ratio:.2f}x of fp32 on this {feature} CPU ({how})"

@@ -18,8 +18,14 @@ compute (tests/test_engine.py checks logits and greedy tokens against it), with 
 - The cache is laid out [batch, kv_heads, slots, head_dim], what attention reads, so nothing is
   transposed or copied per step; grouped heads are shared by SDPA's `enable_gqa` instead of
   `repeat_interleave` copies of the whole cache.
-- Norms are single `F.rms_norm` calls; only the positions whose logits are wanted go through the
-  final norm and `lm_head`.
+- The two projections that write into the residual stream (attention output, MLP down) add into it
+  in the same call: x + y W^T is one `addmm` with x as the accumulator (`residual_projection`).
+- bf16 weights (an inference copy) go through oneDNN's packed layout, up to 2x faster per product
+  at batch 1 with the same outputs (`packed_bf16.py`); that costs a second copy of them.
+- Norms are single `F.rms_norm` calls, except for one row (batch-1 decoding), where that composite
+  op costs 7-9 us of dispatch for a few hundred numbers: there the mean square is one 1x1 `addmm`
+  (x x^T / D + eps, in float32) and the norm three kernels in all (`FastDecoder.norm`), 4 us (five
+  and 6 us in bf16). Only the positions whose logits are wanted go through the final norm and `lm_head`.
 
 Multi-head latent attention keeps its own cache layout and goes through the model's generic path
 (`runners.ModelCacheRunner`).
@@ -35,10 +41,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from tinylm.inference.int8 import Int8Linear
+from tinylm.inference.packed_bf16 import can_pack, packed_linear
 from tinylm.models.modern.mask import attention_mask
 from tinylm.models.modern.rope import apply_rope
 
 Projection = Callable[[torch.Tensor], torch.Tensor]
+ResidualProjection = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x, y) -> x + W y
 ROTATION_TABLE_BYTES = 32 << 20  # above this (long contexts x wide heads) one-token steps rotate elementwise
 
 
@@ -47,23 +55,43 @@ def supports_fast_decode(model: nn.Module) -> bool:
     return config is not None and config.arch == "modern" and config.attention == "standard"
 
 
+def weight_product(weight: torch.Tensor) -> Projection:
+    """x -> F.linear(x, weight): through oneDNN's packed layout for bf16 CPU weights (`packed_bf16.py`)."""
+    return packed_linear(weight) if can_pack(weight) else partial(F.linear, weight=weight)
+
+
 def fuse_projections(linears: list[nn.Module]) -> Projection:
     """One callable computing cat([l(x) for l in linears], -1) with a single matrix product.
 
     Float weights are concatenated and each layer's weight becomes a view of its rows, so the model
-    and the fused matrix share memory. Int8 layers concatenate their int8 rows and scales.
+    and the fused matrix share memory (bf16 ones are then packed, a copy: `weight_product`). Int8
+    layers concatenate their int8 rows and scales.
     """
     if all(type(lin) is nn.Linear and lin.bias is None for lin in linears):
         with torch.inference_mode(False), torch.no_grad():  # ordinary tensors: the model stays trainable
             fused = torch.cat([lin.weight.detach() for lin in linears])
             for lin, rows in zip(linears, fused.split([lin.out_features for lin in linears]), strict=True):
                 lin.weight.data = rows
-        return partial(F.linear, weight=fused)
+        return weight_product(fused)
     if all(isinstance(lin, Int8Linear) and lin.bias is None for lin in linears):
         qweight = torch.cat([lin.qweight for lin in linears])
         scale = torch.cat([lin.scale for lin in linears])
         return Int8Linear(qweight, scale, None).forward
     return lambda x: torch.cat([lin(x) for lin in linears], dim=-1)
+
+
+def residual_projection(linear: nn.Module) -> ResidualProjection:
+    """(x, y) -> x + linear(y) for rows x [N, out], y [N, in]; one `addmm` for a plain float32 Linear.
+
+    The transposed weight is a view taken once: the model's own weight, updated in place by training.
+    (A bf16 `addmm` measured slower than its product and add apart; bf16 goes through `weight_product`.)
+    """
+    if type(linear) is not nn.Linear or linear.bias is not None:
+        return lambda x, y: x + linear(y)
+    if linear.weight.dtype == torch.float32:
+        return partial(torch.addmm, mat2=linear.weight.t())
+    product = weight_product(linear.weight)
+    return lambda x, y: x + product(y)
 
 
 def rotation_table(cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -88,7 +116,7 @@ class _FusedBlock:
         if attn.gate_proj is not None:
             parts.append(attn.gate_proj)
         self.qkv = fuse_projections(parts)
-        self.o_proj: Projection = attn.o_proj.forward
+        self.add_o_proj = residual_projection(attn.o_proj)
         self.attn_norm, self.mlp_norm = block.attn_norm.weight, block.mlp_norm.weight
         # the model's own QK-norm weights, not a copy: an optimizer step between two calls updates them in place
         self.q_norm: torch.Tensor | None = None if attn.q_norm is None else attn.q_norm.weight
@@ -99,7 +127,7 @@ class _FusedBlock:
             self.moe = block.mlp
         else:
             self.gate_up = fuse_projections([block.mlp.gate, block.mlp.up])
-            self.down: Projection = block.mlp.down.forward
+            self.add_down = residual_projection(block.mlp.down)
 
     def qk_norm_weight(self) -> torch.Tensor:
         """One weight row per head (n_head query rows, then n_kv_head key rows), from the current weights."""
@@ -118,10 +146,13 @@ class FastDecoder:
         self.model, self.device, self.dtype = model, weight.device, weight.dtype
         self.n_head, self.n_kv_head, self.head_dim = c.n_head, c.kv_heads, c.dim_per_head
         self.n_embed, self.eps, self.window = c.n_embed, c.norm_eps, c.sliding_window
+        self.eps_tensor = torch.tensor(c.norm_eps, dtype=torch.float32, device=self.device)
         self.batch_size, self.capacity = batch_size, capacity or c.context_length
         self.blocks = [_FusedBlock(block) for block in model.blocks]
-        self.norm = model.norm.weight
-        self.lm_head: Projection = model.lm_head.forward
+        self.final_norm = model.norm.weight
+        head = model.lm_head
+        plain_head = type(head) is nn.Linear and head.bias is None
+        self.lm_head: Projection = weight_product(head.weight) if plain_head else head.forward
         shape = (batch_size, self.n_kv_head, self.capacity, self.head_dim)
         self.keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.blocks]
         self.values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.blocks]
@@ -179,12 +210,12 @@ class FastDecoder:
         H, K, D = self.n_head, self.n_kv_head, self.head_dim
         gqa = K != H
 
-        x = F.embedding(idx, self.model.token_embed.weight)
+        x = F.embedding(idx.reshape(-1), self.model.token_embed.weight)  # the residual stream as rows [B*T, C]
         for i, block in enumerate(self.blocks):
-            h = F.rms_norm(x, (self.n_embed,), block.attn_norm, self.eps)
+            h = self.norm(x, block.attn_norm)
             proj = block.qkv(h)
             gated = proj.shape[-1] > (H + 2 * K) * D  # sigmoid output gate, fused into the same product
-            qkv = (proj[..., : (H + 2 * K) * D] if gated else proj).view(B, T, H + 2 * K, D)
+            qkv = (proj[:, : (H + 2 * K) * D] if gated else proj).view(B, T, H + 2 * K, D)
             qk = qkv[:, :, : H + K]
             if block.q_norm is not None and block.k_norm is not None:
                 qk = F.rms_norm(qk, (D,), None, self.eps) * block.qk_norm_weight()
@@ -192,24 +223,39 @@ class FastDecoder:
                 qk = qk.transpose(1, 2) @ rotation  # [B, H + K, 1, D]
             else:
                 qk = apply_rope(qk.transpose(1, 2), cos, sin)  # [B, H + K, T, D]
-            q, k = qk.split([H, K], dim=1)
-            self.keys[i][:, :, start:end] = k
-            self.values[i][:, :, start:end] = qkv[:, :, H + K :].transpose(1, 2)
+            q, k = qk.narrow(1, 0, H), qk.narrow(1, H, K)
+            self.keys[i].narrow(2, start, T).copy_(k)
+            self.values[i].narrow(2, start, T).copy_(qkv[:, :, H + K :].transpose(1, 2))
             y = F.scaled_dot_product_attention(
-                q, self.keys[i][:, :, lo:end], self.values[i][:, :, lo:end],
+                q, self.keys[i].narrow(2, lo, end - lo), self.values[i].narrow(2, lo, end - lo),
                 attn_mask=mask, is_causal=is_causal, enable_gqa=gqa,
             )
-            y = y.transpose(1, 2).reshape(B, T, H * D)
+            y = y.transpose(1, 2).reshape(B * T, H * D)
             if gated:
-                y = y * torch.sigmoid(proj[..., (H + 2 * K) * D :])
-            x = x + block.o_proj(y)
-            h = F.rms_norm(x, (self.n_embed,), block.mlp_norm, self.eps)
+                y = y * torch.sigmoid(proj[:, (H + 2 * K) * D :])
+            x = block.add_o_proj(x, y)
+            h = self.norm(x, block.mlp_norm)
             if block.moe is not None:
                 x = x + block.moe(h)[0]
             else:
                 gate, up = block.gate_up(h).chunk(2, dim=-1)
-                x = x + block.down(F.silu(gate) * up)
+                x = block.add_down(x, F.silu(gate) * up)
         self.length = end
+        x = x.view(B, T, self.n_embed)
         if last_only:
             x = x[:, -1:]
-        return self.lm_head(F.rms_norm(x, (self.n_embed,), self.norm, self.eps))
+        return self.lm_head(self.norm(x, self.final_norm))
+
+    def norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """RMSNorm of x [rows, n_embed]; one row takes three kernels (five in bf16) instead of the composite op.
+
+        The bf16 row is normalized in float32 and cast back before the weight multiplies it, the order
+        of the model's own `RMSNorm`.
+        """
+        if x.numel() != self.n_embed:
+            return F.rms_norm(x, (self.n_embed,), weight, self.eps)
+        row = x.view(1, -1) if x.dtype == torch.float32 else x.view(1, -1).float()
+        mean_square = torch.addmm(self.eps_tensor, row, row.T, alpha=1.0 / self.n_embed)  # x x^T / D + eps
+        if x.dtype == torch.float32:
+            return x * mean_square.rsqrt_() * weight
+        return (row * mean_square.rsqrt_()).to(x.dtype).view(x.shape) * weight

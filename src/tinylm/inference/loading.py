@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import nn
 
 from tinylm.errors import TinyLMError
@@ -19,7 +18,7 @@ from tinylm.errors import TinyLMError
 def load_for_generation(path: str, int8: bool = False, device: str = "auto") -> tuple[nn.Module, Any, dict[str, Any]]:
     """(model in eval mode, tokenizer, checkpoint metadata) for `tinylm generate` / `tinylm chat`."""
     from tinylm.checkpoint import load_model
-    from tinylm.device import pick_device, supports_bf16
+    from tinylm.device import pick_device
     from tinylm.inference.decode_precision import cast_for_decoding
 
     target = pick_device(device)
@@ -32,14 +31,11 @@ def load_for_generation(path: str, int8: bool = False, device: str = "auto") -> 
     if tokenizer is None:
         raise TinyLMError(f"checkpoint {meta.get('path', path)} has no tokenizer.json: cannot turn text into tokens")
     model.eval()
-    if not int8:
-        model, meta["decode_precision"] = cast_for_decoding(model, target)
-    elif target.type == "cuda" and supports_bf16(target):
-        model = model.to(torch.bfloat16)  # int8 matmuls dequantize to the activation dtype
-    if int8:
+    if int8:  # first: the activation dtype is then measured on the int8 model itself
         from tinylm.inference.int8 import quantize_int8
 
         quantize_int8(model)
+    model, meta["decode_precision"] = cast_for_decoding(model, target)
     return model.to(target).eval(), tokenizer, meta
 
 
