@@ -12,7 +12,7 @@ import torch
 
 from model_variants import all_configs
 from tinylm.inference.engine import Engine
-from tinylm.inference.fast_decode import FastDecoder, rotation_table
+from tinylm.inference.fast_decode import FastDecoder, one_query_attention, rotation_table
 from tinylm.inference.packed_bf16 import can_pack, packed_linear
 from tinylm.inference.runners import FastDecoder as RunnerFast
 from tinylm.inference.runners import ModelCacheRunner, RecomputeRunner, make_runner
@@ -84,6 +84,22 @@ def test_a_bf16_fast_decoder_on_packed_weights_computes_what_it_does_unpacked(
     with torch.inference_mode():
         reference = model(idx)[0].float()
     assert (packed.float() - reference).abs().max() < 0.02 * reference.abs().max() + 0.1  # bf16 rounding apart
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("heads", "kv_heads"), [(6, 2), (4, 4), (4, 1)])
+def test_one_query_attention_equals_sdpa_over_repeated_key_value_heads(dtype: torch.dtype, heads: int,
+                                                                        kv_heads: int) -> None:
+    """Grouped query heads entering as queries of their key/value head give SDPA's own result, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, heads, 1, 16, generator=g).to(dtype)
+    keys, values = (torch.randn(2, kv_heads, 37, 16, generator=g).to(dtype) for _ in range(2))
+    group = heads // kv_heads
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q, keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1))
+    got = one_query_attention(q, keys, values)
+    assert got.shape == (2, heads * 16)
+    assert torch.equal(got, expected.reshape(2, heads * 16))
 
 
 def test_the_single_row_norm_equals_f_rms_norm() -> None:

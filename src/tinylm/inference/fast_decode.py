@@ -17,7 +17,8 @@ compute (tests/test_engine.py checks logits and greedy tokens against it), with 
   where float32 takes 4-5 us.
 - The cache is laid out [batch, kv_heads, slots, head_dim], what attention reads, so nothing is
   transposed or copied per step; grouped heads are shared by SDPA's `enable_gqa` instead of
-  `repeat_interleave` copies of the whole cache.
+  `repeat_interleave` copies of the whole cache, or, for one bf16 token, enter as several queries of
+  their key/value head (`one_query_attention`).
 - The two projections that write into the residual stream (attention output, MLP down) add into it
   in the same call: x + y W^T is one `addmm` with x as the accumulator (`residual_projection`).
 - bf16 weights (an inference copy) go through oneDNN's packed layout, up to 2x faster per product
@@ -92,6 +93,22 @@ def residual_projection(linear: nn.Module) -> ResidualProjection:
         return partial(torch.addmm, mat2=linear.weight.t())
     product = weight_product(linear.weight)
     return lambda x, y: x + product(y)
+
+
+def one_query_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Attention of one new token q [B, H, 1, D] over every cached key [B, K, S, D]; heads out as rows [B, H * D].
+
+    With grouped heads in bf16, the G query heads that share a key/value head go in as G queries of
+    that head ([B, K, G, D]): SDPA then reads each cached key once instead of once per query head.
+    Bit-identical to `enable_gqa`; on an AVX512-BF16 CPU 1.8x faster at 16 cached keys and 7x at
+    500 (18 against 127 us per block at `small`'s shapes). In float32 SDPA's one-query kernel is the
+    faster of the two (4 against 9 us at 16 keys), so float32 keeps `enable_gqa`.
+    """
+    B, H, _, D = q.shape
+    K = keys.shape[1]
+    if K != H and q.dtype == torch.bfloat16:
+        return F.scaled_dot_product_attention(q.reshape(B, K, H // K, D), keys, values).reshape(B, H * D)
+    return F.scaled_dot_product_attention(q, keys, values, enable_gqa=K != H).reshape(B, H * D)
 
 
 def rotation_table(cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -226,11 +243,12 @@ class FastDecoder:
             q, k = qk.narrow(1, 0, H), qk.narrow(1, H, K)
             self.keys[i].narrow(2, start, T).copy_(k)
             self.values[i].narrow(2, start, T).copy_(qkv[:, :, H + K :].transpose(1, 2))
-            y = F.scaled_dot_product_attention(
-                q, self.keys[i].narrow(2, lo, end - lo), self.values[i].narrow(2, lo, end - lo),
-                attn_mask=mask, is_causal=is_causal, enable_gqa=gqa,
-            )
-            y = y.transpose(1, 2).reshape(B * T, H * D)
+            keys, values = self.keys[i].narrow(2, lo, end - lo), self.values[i].narrow(2, lo, end - lo)
+            if T == 1 and mask is None:
+                y = one_query_attention(q, keys, values)
+            else:
+                y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=is_causal, enable_gqa=gqa)
+                y = y.transpose(1, 2).reshape(B * T, H * D)
             if gated:
                 y = y * torch.sigmoid(proj[:, (H + 2 * K) * D :])
             x = block.add_o_proj(x, y)
