@@ -99,10 +99,10 @@ def one_query_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tenso
     """Attention of one new token q [B, H, 1, D] over every cached key [B, K, S, D]; heads out as rows [B, H * D].
 
     With grouped heads in bf16, the G query heads that share a key/value head go in as G queries of
-    that head ([B, K, G, D]): SDPA then reads each cached key once instead of once per query head.
-    Bit-identical to `enable_gqa`; on an AVX512-BF16 CPU 1.8x faster at 16 cached keys and 7x at
-    500 (18 against 127 us per block at `small`'s shapes). In float32 SDPA's one-query kernel is the
-    faster of the two (4 against 9 us at 16 keys), so float32 keeps `enable_gqa`.
+    that head ([B, K, G, D]) rather than as H one-query heads with `enable_gqa`. Bit-identical to
+    `enable_gqa`; on an AVX512-BF16 CPU 1.8x faster at 16 cached keys and 7x at 500 (18 against
+    127 us per block at `small`'s shapes). In float32 SDPA's one-query kernel is the faster of the
+    two (4 against 9 us at 16 keys), so float32 keeps `enable_gqa`.
     """
     B, H, _, D = q.shape
     K = keys.shape[1]
