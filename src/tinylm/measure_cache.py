@@ -100,8 +100,20 @@ def load_entry(kind: str, key: str) -> dict[str, Any] | None:
     return entry if isinstance(entry, dict) else None
 
 
+def load_numbers(kind: str, key: str, names: tuple[str, ...]) -> dict[str, float] | None:
+    """The stored entry's `names` as floats, or None (absent, or written by another version: measure again)."""
+    entry = load_entry(kind, key)
+    try:
+        return None if entry is None else {name: float(entry[name]) for name in names}
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def store_entry(kind: str, key: str, value: dict[str, Any]) -> bool:
-    """Record a measurement (atomically: a reader never sees half a file); False if not kept (busy, unwritable)."""
+    """Record a measurement, stamped with its time, atomically (a reader never sees half a file).
+
+    Returns False if it was not kept (a busy machine, an unwritable home).
+    """
     if machine_busy():
         return False
     path = cache_file(kind)
@@ -111,7 +123,7 @@ def store_entry(kind: str, key: str, value: dict[str, Any]) -> bool:
             entries = {}
     except (OSError, ValueError):
         entries = {}
-    entries.setdefault(machine_key(), {})[key] = value
+    entries.setdefault(machine_key(), {})[key] = {**value, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     temporary: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

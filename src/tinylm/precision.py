@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from tinylm.agreed import decided_on_rank0
 from tinylm.device import DTYPES, resolve_dtype
-from tinylm.measure_cache import best_of_alternating, config_digest, cpu_info, load_entry, store_entry
+from tinylm.measure_cache import best_of_alternating, config_digest, cpu_info, load_numbers, store_entry
 
 if TYPE_CHECKING:
     import torch
@@ -117,16 +117,11 @@ def cached_calibration(config: ModelConfig, batch_size: int, seq_len: int) -> Ca
     """The calibration for this machine and shape class: from the cache, or measured now and stored."""
     rows = calibration_rows(batch_size, seq_len)
     key = shape_class(config, rows, seq_len)
-    entry = load_entry(CACHE_KIND, key)
-    if entry is not None:
-        try:
-            return Calibration(float(entry["fp32_s"]), float(entry["bf16_s"]), float(entry["ratio"]),
-                               cached=True)
-        except (KeyError, TypeError, ValueError):
-            pass  # an entry from another version: measure again
+    stored = load_numbers(CACHE_KIND, key, ("fp32_s", "bf16_s", "ratio"))
+    if stored is not None:
+        return Calibration(stored["fp32_s"], stored["bf16_s"], stored["ratio"], cached=True)
     result = calibrate(config, rows, seq_len)
-    kept = store_entry(CACHE_KIND, key, {"fp32_s": result.fp32_s, "bf16_s": result.bf16_s, "ratio": result.ratio,
-                                         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    kept = store_entry(CACHE_KIND, key, {"fp32_s": result.fp32_s, "bf16_s": result.bf16_s, "ratio": result.ratio})
     return dataclasses.replace(result, kept=kept)
 
 

@@ -171,7 +171,8 @@ def _decode(model: torch.nn.Module, opts: BenchOptions, context: int, device: to
 
     decoding, reason = _decoding_model(model, opts, device, dtype)
     decode_dtype = next(decoding.parameters()).dtype
-    reference = copy.deepcopy(model).to(decode_dtype)  # transformers gets float weights in the same dtype
+    # transformers gets float weights in the same dtype: the decoding copy itself, unless that one is int8
+    reference = copy.deepcopy(model).to(decode_dtype) if opts.int8 else decoding
     bandwidth, weights = read_bandwidth(device), weight_bytes(decoding)
     new_tokens = max(1, min(opts.decode_tokens, context - 8))
     ours: list[float] = []

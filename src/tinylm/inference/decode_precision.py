@@ -24,7 +24,7 @@ from torch import nn
 
 from tinylm.inference.engine import Engine
 from tinylm.inference.sampling import GREEDY
-from tinylm.measure_cache import config_digest, load_entry, store_entry
+from tinylm.measure_cache import config_digest, load_numbers, store_entry
 from tinylm.precision import native_bf16
 
 CACHE_KIND = "decode_precision"
@@ -92,14 +92,14 @@ def cast_for_decoding(model: nn.Module, device: torch.device) -> tuple[nn.Module
         return model, (f"{fp32}: {weight_bytes / 2**20:.1f} MiB of weights stay in cache, where decoding is "
                        f"bound by per-token overhead, not bytes")
     key = decode_key(model.config, int8)  # type: ignore[union-attr]
-    entry = load_entry(CACHE_KIND, key)
+    stored = load_numbers(CACHE_KIND, key, ("ratio",))
     bf16_model = None
-    if entry is not None and isinstance(entry.get("ratio"), (int, float)):
-        ratio, how = float(entry["ratio"]), "cached"
+    if stored is not None:
+        ratio, how = stored["ratio"], "cached"
     else:
         bf16_model = copy.deepcopy(model).to(torch.bfloat16)
         ratio, how = measure_decode_ratio(model, bf16_model), "measured now"
-        store_entry(CACHE_KIND, key, {"ratio": ratio, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        store_entry(CACHE_KIND, key, {"ratio": ratio})
     if ratio >= DECODE_MARGIN:
         chosen = bf16_model if bf16_model is not None else model.to(torch.bfloat16)
         return chosen, f"{bf16}: {feature}, decoding measured {ratio:.2f}x faster than fp32 ({how})"

@@ -29,7 +29,7 @@ from torch import nn
 
 from tinylm.agreed import decided_on_rank0
 from tinylm.errors import TinyLMError
-from tinylm.measure_cache import best_of_alternating, config_digest, load_entry, store_entry
+from tinylm.measure_cache import best_of_alternating, config_digest, load_numbers, store_entry
 from tinylm.models.modern.attention import ATTENTION_KERNELS, Attention
 from tinylm.models.modern.blockwise_attention import query_blocks
 from tinylm.precision import calibration_rows
@@ -128,15 +128,11 @@ def cached_timing(config: ModelConfig, batch_size: int, seq_len: int, dtype: tor
     """The timing for this machine and shape: from the cache, or measured now and stored."""
     rows = calibration_rows(batch_size, seq_len, CALIBRATION_TOKENS)
     key = attention_key(config, rows, seq_len, dtype)
-    entry = load_entry(CACHE_KIND, key)
-    if entry is not None:
-        try:
-            return AttentionTiming(float(entry["sdpa_s"]), float(entry["blockwise_s"]), cached=True)
-        except (KeyError, TypeError, ValueError):
-            pass  # an entry from another version: measure again
+    stored = load_numbers(CACHE_KIND, key, ("sdpa_s", "blockwise_s"))
+    if stored is not None:
+        return AttentionTiming(stored["sdpa_s"], stored["blockwise_s"], cached=True)
     timing = time_kernels(config, rows, seq_len, dtype, device)
-    kept = store_entry(CACHE_KIND, key, {"sdpa_s": timing.sdpa_s, "blockwise_s": timing.blockwise_s,
-                                         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    kept = store_entry(CACHE_KIND, key, {"sdpa_s": timing.sdpa_s, "blockwise_s": timing.blockwise_s})
     return dataclasses.replace(timing, kept=kept)
 
 

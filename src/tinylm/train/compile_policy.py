@@ -29,7 +29,7 @@ from torch import nn
 
 from tinylm.agreed import decided_on_rank0
 from tinylm.errors import TinyLMError
-from tinylm.measure_cache import config_digest, load_entry, store_entry
+from tinylm.measure_cache import config_digest, load_numbers, store_entry
 from tinylm.models.loss import compile_output_loss
 from tinylm.train.attention_policy import use_attention_kernel
 
@@ -137,15 +137,12 @@ def measure_compile(config: ModelConfig, batch_size: int, seq_len: int, dtype: t
 
 
 def cached_measurement(key: str) -> CompileMeasurement | None:
-    entry = load_entry(CACHE_KIND, key)
-    try:
-        return None if entry is None else CompileMeasurement(entry["compile_s"], entry["eager_s"], entry["compiled_s"])
-    except KeyError:
-        return None
+    stored = load_numbers(CACHE_KIND, key, ("compile_s", "eager_s", "compiled_s"))
+    return None if stored is None else CompileMeasurement(**stored)
 
 
 def record_measurement(key: str, measurement: CompileMeasurement) -> None:
-    store_entry(CACHE_KIND, key, {**asdict(measurement), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    store_entry(CACHE_KIND, key, asdict(measurement))
 
 
 def decide(measurement: CompileMeasurement, planned_steps: int, n_blocks: int, cached: bool) -> CompileChoice:
