@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from tinylm.inference.benchmark import decode_tokens_per_s, hf_decode_tokens_per_s
+from tinylm.bench.decode import decode_tokens_per_s, hf_decode_tokens_per_s
 from tinylm.inference.int8 import linear_weight_bytes, quantize_int8
 from tinylm.inference.sampling import GREEDY
 from tinylm.inference.speculative import SpeculativeStats, speculative_generate

@@ -1,4 +1,4 @@
-"""Step time and peak memory of DPO's three ways to compute the reference model (posttrain/reference.py).
+"""Step time and peak memory of DPO's three ways to compute the reference model (stages/preference/reference.py).
 
     copy      a frozen second model, run forward every step          (full fine-tuning)
     cached    reference log-probs computed once before training      (full fine-tuning)
@@ -32,7 +32,7 @@ MODES = {"copy": {"reference": "copy"}, "cached": {"reference": "cached"},
 def measure(mode: str, base: str, steps: int, batch_size: int, seq_len: int, device: str) -> dict:
     import torch
 
-    from tinylm.posttrain.dpo import DPOConfig, DPOStage
+    from tinylm.stages.preference.dpo import DPOConfig, DPOStage
     from tinylm.train.distributed import DistEnv
     from tinylm.train.stage import StageContext
     from tinylm.train.step import accumulate_gradients

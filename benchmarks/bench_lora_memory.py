@@ -26,7 +26,7 @@ import time
 import torch
 
 from tinylm.models.factory import build_model
-from tinylm.posttrain.lora import LoraConfig, apply_lora, count_trainable
+from tinylm.models.lora import LoraConfig, apply_lora, count_trainable
 from tinylm.presets import preset_config
 
 CONFIGURATIONS: dict[str, dict | None] = {

@@ -4,7 +4,7 @@ RL spends most of its wall time sampling. This prints one JSON object with respo
 for the same batch (P prompts x G samples, temperature 1, a fixed number of new tokens with no stop
 token, so every method produces exactly the same amount of text) through:
 
-- `rollout`: posttrain/rollout.py, the model's own KV-cache path, what `tinylm rl` uses;
+- `rollout`: stages/rl/rollout.py, the model's own KV-cache path, what `tinylm rl` uses;
 - `engine_generic`: `Engine(fast=False)`, the same cached forward without log-probs;
 - `engine_fast`: `Engine` with the fused fast decoder (the fastest plain sampling tinylm has).
 
@@ -25,8 +25,8 @@ import torch
 from tinylm.inference.engine import Engine
 from tinylm.inference.sampling import SamplingParams
 from tinylm.models.factory import build_model
-from tinylm.posttrain.rollout import sample_rollouts
 from tinylm.presets import preset_config
+from tinylm.stages.rl.rollout import sample_rollouts
 
 
 def _best_of(repeats: int, run: object) -> float:

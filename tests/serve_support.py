@@ -78,7 +78,7 @@ def make_parrot_checkpoint(root: Path, steps: int = 80) -> Path:
 
 def make_greeter_checkpoint(root: Path, steps: int = 80) -> Path:
     """A micro chat model that answers "Hello!" with GREETING's reply (for the browser test and its screenshot)."""
-    from tinylm.posttrain.chat_format import ChatFormat
+    from tinylm.tokenizer.chat_format import ChatFormat
 
     return _train_to_recite(root, "greeter", lambda tokenizer: ChatFormat.from_tokenizer(tokenizer).render(
         GREETING).ids * 8, steps, context_length=160)  # room for a few turns of conversation

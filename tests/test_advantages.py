@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tinylm.posttrain.advantages import (
+from tinylm.stages.rl.advantages import (
     group_advantages,
     moment_sums,
     reward_spread,
     rloo_advantages,
     whiten,
 )
-from tinylm.posttrain.kl import kl_estimate
+from tinylm.stages.rl.kl import kl_estimate
 
 
 def test_group_advantages_with_and_without_std() -> None:

@@ -13,7 +13,7 @@ from tinylm.bench.loader_cost import loader_cost
 from tinylm.bench.profile import profile_step
 from tinylm.bench.run import BenchOptions, format_table, run_bench
 from tinylm.bench.timing import Measurement, interleaved, ratio
-from tinylm.cli import main
+from tinylm.cli.main import main
 
 MICRO = {"vocab_size": 256, "n_embed": 32, "n_head": 2, "n_kv_head": 1, "n_blocks": 1, "context_length": 32}
 CPU = torch.device("cpu")
@@ -140,7 +140,7 @@ def test_cli_out_that_cannot_be_written_is_one_clear_line(monkeypatch: pytest.Mo
 
 
 def test_dtype_auto_uses_the_training_policy_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tinylm import measure_cache, precision
+    from tinylm.runtime import measure_cache, precision
 
     monkeypatch.setattr(measure_cache, "machine_busy", lambda: False)
     options = BenchOptions(preset="tiny", overrides=MICRO, batch_size=2, seq_len=16, repeats=1, warmup=0,

@@ -9,14 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tinylm import measure_cache
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.models.modern.blockwise_attention import blockwise_causal_attention, query_blocks
 from tinylm.models.modern.mask import attention_mask
-from tinylm.train import attention_policy
-from tinylm.train.attention_policy import AttentionTiming, choose_attention, use_attention_kernel
+from tinylm.runtime import attention_policy, measure_cache
+from tinylm.runtime.attention_policy import AttentionTiming, choose_attention, use_attention_kernel
 
 CPU = torch.device("cpu")
 MICRO = ModelConfig(arch="modern", vocab_size=256, context_length=128, n_embed=32, n_head=4, n_kv_head=2,
@@ -155,7 +154,7 @@ def test_the_kv_cache_path_ignores_the_training_kernel() -> None:
 def test_compiled_blocks_on_the_blockwise_kernel_trace_to_the_eager_result(one_thread: None) -> None:
     import torch._dynamo
 
-    from tinylm.train.compile_policy import compile_blocks
+    from tinylm.runtime.compile_policy import compile_blocks
 
     torch._dynamo.reset()
     torch.manual_seed(0)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import tinylm.commands.generate as generate_command
+import tinylm.cli.commands.generate as generate_command
 from test_generate_cli import make_run
-from tinylm.cli import main
+from tinylm.cli.main import main
 from tinylm.failures import CLOSED_PIPE_EXIT
 
 

@@ -36,7 +36,7 @@ def test_in_process_replies_match_the_engine_on_the_trimmed_history(run_dir: Pat
     import io
 
     from tinylm.checkpoint import load_model
-    from tinylm.cli import main
+    from tinylm.cli.main import main
     from tinylm.inference.engine import Engine
     from tinylm.inference.sampling import GREEDY
     from tinylm.inference.streaming import TextStream
@@ -64,7 +64,7 @@ def test_missing_checkpoint_is_one_line(tmp_path: Path) -> None:
 
 
 def test_max_new_tokens_beyond_half_the_window_is_capped_with_a_notice(capsys) -> None:
-    from tinylm.commands.chat import reply_limit
+    from tinylm.cli.commands.chat import reply_limit
 
     assert reply_limit(10, 32) == 10 and capsys.readouterr().err == ""
     assert reply_limit(16, 32) == 16 and capsys.readouterr().err == ""

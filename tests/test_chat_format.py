@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tinylm.errors import TinyLMError
-from tinylm.posttrain.chat_format import ChatFormat
 from tinylm.tokenizer import Tokenizer, train_bpe
+from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.tokenizer.chat_tokens import CHAT_TOKENS, END_OF_TURN, ROLE_TOKENS
 from tinylm.tokenizer.r50k import r50k_from_ranks
 

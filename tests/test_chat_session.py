@@ -8,7 +8,7 @@ import pytest
 
 from tinylm.errors import TinyLMError
 from tinylm.inference.chat_session import ChatSession
-from tinylm.posttrain.chat_format import ChatFormat
+from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.tokenizer.train import train_bpe
 
 

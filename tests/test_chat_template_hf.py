@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from tinylm.errors import TinyLMError
 from tinylm.interop.hf_tokenizer import write_hf_tokenizer
-from tinylm.posttrain.chat_format import ChatFormat
 from tinylm.tokenizer import Tokenizer, train_bpe
+from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.tokenizer.chat_tokens import CHAT_TOKENS, with_chat_tokens
 from tinylm.tokenizer.hf_json import tokenizer_from_hf_json
 

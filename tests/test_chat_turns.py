@@ -12,9 +12,9 @@ import pytest
 from test_sft import base_run
 from test_sft_export import sft_run
 from tinylm.checkpoint import load_model
-from tinylm.cli import main
+from tinylm.cli.main import main
 from tinylm.evaluate.exact_match import generate_replies
-from tinylm.posttrain.chat_format import ChatFormat
+from tinylm.tokenizer.chat_format import ChatFormat
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

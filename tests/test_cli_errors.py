@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import tinylm.commands.generate as generate_command
-from tinylm.cli import build_parser, main, parse_command_line
+import tinylm.cli.commands.generate as generate_command
+from tinylm.cli.main import build_parser, main, parse_command_line
 from tinylm.errors import TinyLMError
 from tinylm.failures import error_prefix, user_message
 from tinylm.io_errors import io_failure
@@ -111,7 +111,7 @@ def test_non_finite_and_out_of_range_floats_are_one_line(command: str, tmp_path:
 def test_seed_range_is_what_numpy_and_torch_accept(tmp_path: Path, capsys) -> None:
     import numpy as np
 
-    from tinylm.commands.option_types import SEED_LIMIT, seed
+    from tinylm.cli.option_types import SEED_LIMIT, seed
 
     assert seed(str(SEED_LIMIT - 1)) == SEED_LIMIT - 1
     np.random.RandomState(SEED_LIMIT - 1)

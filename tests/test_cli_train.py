@@ -16,9 +16,10 @@ import torch
 
 from test_train_support import cli_args, config, hooked_build_model, losses, rows
 from tinylm.checkpoint import list_checkpoints
-from tinylm.cli import main
-from tinylm.commands.train import OPTIMIZERS
-from tinylm.train import optim, pretrain
+from tinylm.cli.commands.train import OPTIMIZERS
+from tinylm.cli.main import main
+from tinylm.stages.pretrain import stage as pretrain
+from tinylm.train import optim
 from tinylm.train.loop import run_training
 
 

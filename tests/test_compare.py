@@ -12,7 +12,7 @@ import pytest
 
 from tinylm.bench.compare import CompareOptions, candidates_for, run_compare
 from tinylm.bench.variants import VARIANTS, variant_overrides
-from tinylm.cli import main
+from tinylm.cli.main import main
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.presets import preset_config

@@ -9,13 +9,12 @@ import torch
 
 from test_train_support import MICRO as TRAIN_MICRO
 from test_train_support import config, losses
-from tinylm import measure_cache
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.models.loss import _COMPILED_HEADS
-from tinylm.train import compile_policy
-from tinylm.train.compile_policy import CompileMeasurement, compile_blocks, decide, eager_blocks, plan_compile
+from tinylm.runtime import compile_policy, measure_cache
+from tinylm.runtime.compile_policy import CompileMeasurement, compile_blocks, decide, eager_blocks, plan_compile
 from tinylm.train.loop import run_training
 
 CPU = torch.device("cpu")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinylm.cli import main
+from tinylm.cli.main import main
 from tinylm.data.pystdlib import stdlib_files
 
 ARGS = ["--vocab-size", "300", "--context-length", "16", "--dev-fraction", "0.2", "--no-progress"]

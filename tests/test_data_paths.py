@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tinylm.data.paths import default_data_dir, tinylm_home
+from tinylm.paths import default_data_dir, tinylm_home
 
 
 def test_tinylm_home_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinylm.cli import main
+from tinylm.cli.main import main
 from tinylm.data.corpus import open_corpus
-from tinylm.data.paths import default_data_dir
 from tinylm.data.prepare import prepare_dataset
 from tinylm.data.pystdlib import stdlib_files
 from tinylm.data.split import is_dev
 from tinylm.errors import TinyLMError
+from tinylm.paths import default_data_dir
 from tinylm.tokenizer import load_tokenizer
 
 OPTIONS = {"vocab_size": 512, "dev_fraction": 0.2, "context_length": 32, "progress": False}

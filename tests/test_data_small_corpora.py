@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinylm.cli import main
+from tinylm.cli.main import main
 from tinylm.data.chunks import cut_document
 from tinylm.data.prepare import prepare_dataset
 from tinylm.data.pystdlib import stdlib_files

@@ -114,7 +114,7 @@ def test_pages_show_report_examples() -> None:
 @pytest.mark.parametrize(("page", "command", "expected"), EXAMPLES, ids=[f"{p}:{c}" for p, c, _ in EXAMPLES])
 def test_report_output_on_pages_is_current(page: str, command: str, expected: list[str],
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    from tinylm.cli import main
+    from tinylm.cli.main import main
 
     assert main(shlex.split(command)[1:]) == 0
     printed = {" ".join(line.split()) for line in capsys.readouterr().out.splitlines()}

@@ -16,17 +16,17 @@ import torch.nn.functional as F
 
 from eval_support import TASK, base_run, sft_run
 from tinylm.checkpoint import load_model
-from tinylm.cli import main
+from tinylm.cli.main import main
 from tinylm.errors import TinyLMError
 from tinylm.evaluate.bpb import corpus_bpb
-from tinylm.evaluate.code_task import CodeTask
 from tinylm.evaluate.exact_match import pass_at_k, pass_at_k_estimate
-from tinylm.evaluate.gsm8k import GSM8KTask, final_number
 from tinylm.evaluate.preference_accuracy import preference_accuracy
 from tinylm.evaluate.run import EVALS
-from tinylm.posttrain.chat_format import ChatFormat
+from tinylm.tasks.code import CodeTask
+from tinylm.tasks.gsm8k import GSM8KTask, final_number
 from tinylm.tasks.preference_pairs import preference_pairs
 from tinylm.tasks.registry import get_task
+from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.train.metrics import read_metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -65,7 +65,7 @@ def _eval_json(run: Path, tasks: str, *extra: str) -> dict:
 
 def test_a_lora_checkpoint_is_evaluated_with_its_adapters_folded_in(tmp_path: Path) -> None:
     from eval_support import SFT_OPTIONS
-    from tinylm.posttrain.sft import SFTConfig, SFTStage
+    from tinylm.stages.sft.stage import SFTConfig, SFTStage
     from tinylm.train.loop import run_training
 
     options = {**SFT_OPTIONS, "max_steps": 2, "eval_every": 0}

@@ -10,7 +10,7 @@ import torch
 
 from model_variants import BASE, classic_config, modern_config
 from tinylm.checkpoint import save_checkpoint
-from tinylm.cli import main
+from tinylm.cli.main import main
 from tinylm.config import ModelConfig
 from tinylm.models.factory import build_model
 

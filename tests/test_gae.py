@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from tinylm.posttrain.gae import gae
+from tinylm.stages.rl.gae import gae
 
 
 def brute_force(rewards: list[float], values: list[float], gamma: float, lam: float) -> list[float]:

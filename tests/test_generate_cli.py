@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tinylm.checkpoint import save_checkpoint
-from tinylm.cli import main
+from tinylm.cli.main import main
 from tinylm.config import ModelConfig
 from tinylm.inference.engine import Engine
 from tinylm.inference.sampling import GREEDY

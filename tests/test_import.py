@@ -10,7 +10,7 @@ import torch
 
 from test_export import CONFIGS, EOT, VARIED_TEXT, encode, make_checkpoint, train_tokenizer
 from tinylm.checkpoint import TRAIN_STATE, checkpoint_model_config, load_weights, read_weights, resolve_checkpoint
-from tinylm.cli import main
+from tinylm.cli.main import main
 from tinylm.models.factory import build_model
 
 transformers = pytest.importorskip("transformers")

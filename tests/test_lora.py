@@ -18,8 +18,7 @@ from torch import nn
 from model_variants import classic_config, modern_config
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
-from tinylm.models.lora_merge import merged_weights
-from tinylm.posttrain.lora import (
+from tinylm.models.lora import (
     LoraConfig,
     LoRALinear,
     apply_lora,
@@ -32,6 +31,7 @@ from tinylm.posttrain.lora import (
     merge_lora,
     parse_targets,
 )
+from tinylm.models.lora_merge import merged_weights
 
 VARIANTS = ["gqa", "qknorm", "gated", "mla", "mla_qlora", "moe", "moe_shared", "untied", "classic"]
 

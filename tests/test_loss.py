@@ -85,7 +85,7 @@ def test_compiled_chunk_step_equals_the_eager_kernels(backend: str, autocast: bo
     """--compile's fused softmax/gradient (uneven last chunk, ignored rows) gives the eager path's loss and grads."""
     import torch._dynamo
 
-    from tinylm.train.compile_policy import have_compiler
+    from tinylm.runtime.compile_policy import have_compiler
 
     if backend == "inductor" and not have_compiler():
         pytest.skip("inductor needs a C++ compiler")

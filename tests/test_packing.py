@@ -13,8 +13,7 @@ import pytest
 import torch
 
 from model_variants import classic_config, modern_config
-from tinylm.models.factory import build_model
-from tinylm.posttrain.packing import (
+from tinylm.data.packing import (
     IGNORE,
     PAD_SEGMENT,
     as_tensors,
@@ -23,6 +22,7 @@ from tinylm.posttrain.packing import (
     padding_waste,
     unpacked,
 )
+from tinylm.models.factory import build_model
 
 SEQ_LEN = 32
 VOCAB = 97

@@ -23,7 +23,7 @@ from tinylm.errors import TinyLMError
 from tinylm.interop.hf import write_hf_folder
 from tinylm.interop.peft_export import ADAPTER_CONFIG, ADAPTER_WEIGHTS, write_peft_adapter
 from tinylm.models.factory import build_model
-from tinylm.posttrain.lora import LoraConfig, LoRALinear, apply_lora, base_state_dict, merge_lora
+from tinylm.models.lora import LoraConfig, LoRALinear, apply_lora, base_state_dict, merge_lora
 
 transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")

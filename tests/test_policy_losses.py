@@ -7,15 +7,15 @@ import torch
 
 from test_rollout import PROMPTS, micro_model
 from tinylm.inference.sampling import SamplingParams
-from tinylm.posttrain.advantages import group_advantages
-from tinylm.posttrain.policy_losses import (
+from tinylm.stages.rl.advantages import group_advantages
+from tinylm.stages.rl.policy_losses import (
     aggregate,
     clipped_surrogate,
     clipped_value_loss,
     gspo_surrogate,
     units,
 )
-from tinylm.posttrain.rollout import policy_logprobs, sample_rollouts
+from tinylm.stages.rl.rollout import policy_logprobs, sample_rollouts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

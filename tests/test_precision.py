@@ -8,14 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tinylm import measure_cache, precision
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
-from tinylm.inference import decode_precision
 from tinylm.inference.engine import Engine
 from tinylm.inference.int8 import Int8Linear
 from tinylm.inference.sampling import GREEDY
 from tinylm.models.factory import build_model
+from tinylm.runtime import decode_precision, measure_cache, precision
 
 CPU = torch.device("cpu")
 MACHINE_BUSY = measure_cache.machine_busy  # the real one, before the autouse fixture replaces it
@@ -241,7 +240,7 @@ def test_decode_ratio_is_measured_on_the_engine(one_thread: None) -> None:
 def _rank_dependent_choice(rank: int, world_size: int, init_file: str, results: object) -> None:
     import torch.distributed as dist
 
-    from tinylm.agreed import decided_on_rank0
+    from tinylm.runtime.agreed import decided_on_rank0
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:

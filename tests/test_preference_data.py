@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tinylm.errors import TinyLMError
-from tinylm.posttrain.pair_rows import encode_pairs
-from tinylm.posttrain.preference_data import PreferenceRow, load_preferences, row_from_json
+from tinylm.stages.preference.data import PreferenceRow, load_preferences, row_from_json
+from tinylm.stages.preference.pair_rows import encode_pairs
 from tinylm.tasks.preference_pairs import preference_pairs
 from tinylm.tasks.registry import get_task
 
@@ -89,8 +89,8 @@ def test_builtin_function_pairs_mutate_the_reference_into_something_the_verifier
 
 def test_a_long_prompt_is_cut_from_the_left_so_both_answers_fit_whole() -> None:
     from test_sft import base_run
-    from tinylm.posttrain.chat_format import ChatFormat
     from tinylm.tokenizer import load_tokenizer
+    from tinylm.tokenizer.chat_format import ChatFormat
 
     tokenizer = load_tokenizer(base_run() / "checkpoints" / "step_00000004" / "tokenizer.json")
     chat = ChatFormat.from_tokenizer(tokenizer)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tinylm.errors import TinyLMError
-from tinylm.posttrain.preference_losses import (
+from tinylm.stages.preference.losses import (
     LOSSES,
     PairLogps,
     kto_ratio_sums,

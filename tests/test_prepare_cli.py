@@ -9,10 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from tinylm.cli import main
+from tinylm.cli.main import main
 from tinylm.data.loader import BatchLoader
-from tinylm.data.paths import default_data_dir
 from tinylm.data.shards import check_data_dir
+from tinylm.paths import default_data_dir
 from tinylm.tokenizer import load_tokenizer
 
 
@@ -40,7 +40,7 @@ def test_no_arguments_prepares_the_default_dataset(capsys: pytest.CaptureFixture
 
 def test_command_module_imports_no_heavy_library() -> None:
     heavy = ("torch", "tokenizers", "tiktoken", "numpy", "datasets")
-    code = f"import sys, tinylm.commands.prepare; print(sorted(m for m in {heavy} if m in sys.modules))"
+    code = f"import sys, tinylm.cli.commands.prepare; print(sorted(m for m in {heavy} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tinylm.cli import main
-from tinylm.commands.report import build_report
+from tinylm.cli.commands.report import build_report
+from tinylm.cli.main import main
 from tinylm.presets import PRESETS, preset_config
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from eval_support import TASK, sft_run
 from tinylm.checkpoint import load_model
-from tinylm.cli import main
+from tinylm.cli.main import main
 from tinylm.errors import TinyLMError
 from tinylm.evaluate.report_card import REPORT_HTML, REPORT_MD, write_report_card
 from tinylm.train.metrics import read_metrics

@@ -10,7 +10,7 @@ import pytest
 
 from test_train_support import MICRO, data_dir, losses
 from tinylm.checkpoint import list_checkpoints
-from tinylm.cli import main
+from tinylm.cli.main import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

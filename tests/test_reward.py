@@ -16,9 +16,9 @@ from test_ddp import torchrun
 from test_sft import TASK, base_run
 from test_train_support import losses, rows
 from tinylm.checkpoint import list_checkpoints, read_weights
-from tinylm.cli import main
-from tinylm.posttrain.reward import RewardConfig, RewardStage, load_reward_model, score_answers
-from tinylm.posttrain.reward_model import bradley_terry_loss, pair_scores
+from tinylm.cli.main import main
+from tinylm.models.reward_model import bradley_terry_loss, pair_scores
+from tinylm.stages.preference.reward import RewardConfig, RewardStage, load_reward_model, score_answers
 from tinylm.train.distributed import DistEnv
 from tinylm.train.loop import run_training
 from tinylm.train.stage import StageContext
@@ -105,7 +105,7 @@ def test_torchrun_two_processes_equal_one(tmp_path: Path) -> None:
 
 def test_checkpoint_loads_back_and_exports_to_transformers_with_equal_scores(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
-    from tinylm.cli import main
+    from tinylm.cli.main import main
 
     summary = run_training(reward_config(tmp_path / "rm", max_steps=3), stage=RewardStage())
     model, tokenizer, _ = load_reward_model(summary.checkpoint)
@@ -132,8 +132,8 @@ def test_a_lora_reward_run_loads_exports_and_rewards_rl_as_the_model_that_traine
     serves as RL's reward model."""
     transformers = pytest.importorskip("transformers")
     from test_rl import rl_config
-    from tinylm.posttrain.lora import lora_modules
-    from tinylm.posttrain.rl import RLStage
+    from tinylm.models.lora import lora_modules
+    from tinylm.stages.rl.stage import RLStage
 
     summary = run_training(reward_config(tmp_path / "rm", max_steps=3, lora_rank=2, compile="off"), stage=RewardStage())
     ckpt = Path(summary.checkpoint)

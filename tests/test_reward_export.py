@@ -11,7 +11,7 @@ from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.interop.hf_reward_export import reward_architecture, write_reward_folder
 from tinylm.models.factory import build_model
-from tinylm.posttrain.reward_model import RewardModel
+from tinylm.models.reward_model import RewardModel
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")

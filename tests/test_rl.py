@@ -15,9 +15,9 @@ from test_ddp import torchrun
 from test_sft import base_run
 from test_train_support import losses, rows
 from tinylm.checkpoint import list_checkpoints, load_model, read_weights
-from tinylm.cli import main
-from tinylm.posttrain.algorithm import algorithms
-from tinylm.posttrain.rl import RLConfig, RLStage
+from tinylm.cli.main import main
+from tinylm.stages.rl.algorithms import algorithms
+from tinylm.stages.rl.stage import RLConfig, RLStage
 from tinylm.tasks.task import Example
 from tinylm.train.loop import run_training
 

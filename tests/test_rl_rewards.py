@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tinylm.errors import TinyLMError
-from tinylm.posttrain.rewards import FORMAT_BONUS, has_answer_format, load_reward
+from tinylm.stages.rl.rewards import FORMAT_BONUS, has_answer_format, load_reward
 from tinylm.tasks.registry import get_task
 from tinylm.tasks.task import Example, conversation
 
@@ -65,9 +65,9 @@ def test_a_reward_model_checkpoint_scores_prompt_plus_response(tmp_path: Path) -
     from test_sft import base_run
     from tinylm.checkpoint import TOKENIZER, checkpoint_model_config, load_weights, resolve_checkpoint, save_checkpoint
     from tinylm.models.factory import build_model
-    from tinylm.posttrain.chat_format import ChatFormat
-    from tinylm.posttrain.reward_model import RewardModel
+    from tinylm.models.reward_model import RewardModel
     from tinylm.tokenizer import load_tokenizer
+    from tinylm.tokenizer.chat_format import ChatFormat
 
     base = resolve_checkpoint(base_run())
     config = checkpoint_model_config(base)

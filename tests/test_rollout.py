@@ -10,7 +10,7 @@ from tinylm.config import ModelConfig
 from tinylm.inference.engine import Engine
 from tinylm.inference.sampling import GREEDY, SamplingParams
 from tinylm.models.factory import build_model
-from tinylm.posttrain.rollout import inverse_cdf_sample, policy_logprobs, sample_rollouts
+from tinylm.stages.rl.rollout import inverse_cdf_sample, policy_logprobs, sample_rollouts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from serve_support import free_port, make_checkpoint
-from tinylm.cli import main
+from tinylm.cli.main import main
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_the_listening_socket_gives_connections_without_nagle() -> None:
     the client's delayed ACK. Checked on a connection accepted the way uvicorn accepts it."""
     import asyncio
 
-    from tinylm.commands.serve import bind
+    from tinylm.cli.commands.serve import bind
 
     async def accepted_nodelay() -> int:
         seen: asyncio.Future[int] = asyncio.get_running_loop().create_future()

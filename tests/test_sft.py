@@ -18,8 +18,8 @@ from test_ddp import torchrun
 from test_train_support import config as pretrain_config
 from test_train_support import losses, rows
 from tinylm.checkpoint import list_checkpoints, load_model, load_train_state, read_weights
-from tinylm.cli import main
-from tinylm.posttrain.sft import SFTConfig, SFTStage
+from tinylm.cli.main import main
+from tinylm.stages.sft.stage import SFTConfig, SFTStage
 from tinylm.train.loop import run_training
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -244,7 +244,7 @@ def test_lora_with_added_chat_tokens_trains_and_saves_the_embedding(tmp_path: Pa
 
 def test_an_adapter_checkpoint_loads_as_its_base_plus_the_merged_adapters(tmp_path: Path,
                                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    from tinylm.posttrain.lora import apply_lora, load_lora_state_dict
+    from tinylm.models.lora import apply_lora, load_lora_state_dict
 
     summary = run_training(sft_config(tmp_path / "lora", lora_rank=4, lr=1e-2, max_steps=3), stage=SFTStage())
     loaded, _, meta = load_model(summary.checkpoint)  # what generate, chat and export see

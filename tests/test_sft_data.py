@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tinylm.errors import TinyLMError
-from tinylm.posttrain.sft_data import load_conversations, messages_from_row
+from tinylm.stages.sft.data import load_conversations, messages_from_row
 
 OPENAI = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
                        {"role": "assistant", "content": "hello"}]}

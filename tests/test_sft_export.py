@@ -12,8 +12,8 @@ import torch
 
 from test_sft import SFTStage, sft_config
 from tinylm.checkpoint import load_model
-from tinylm.cli import main
-from tinylm.posttrain.chat_format import ChatFormat
+from tinylm.cli.main import main
+from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.train.loop import run_training
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tinylm.cli import main
+from tinylm.cli.main import main
 from tinylm.errors import TinyLMError
 from tinylm.tokenizer import load_tokenizer
 from tinylm.tokenizer.r50k import (

@@ -7,8 +7,8 @@ import time
 import pytest
 import torch
 
-from tinylm import device as dev
 from tinylm.errors import TinyLMError
+from tinylm.runtime import device as dev
 from tinylm.train.mfu import model_flops_utilization
 
 

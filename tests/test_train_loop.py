@@ -15,7 +15,7 @@ import torch
 from test_train_support import MICRO, config, data_dir, hooked_build_model, losses, rows
 from tinylm.checkpoint import list_checkpoints, load_model, load_train_state
 from tinylm.errors import TinyLMError
-from tinylm.train import pretrain
+from tinylm.stages.pretrain import stage as pretrain
 from tinylm.train.loop import run_training
 from tinylm.train.schedule import LRSchedule
 
@@ -191,7 +191,7 @@ def test_out_folder_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 def test_default_data_is_prepared_once_with_the_model_vocab(monkeypatch: pytest.MonkeyPatch) -> None:
     import tinylm.data.prepare as prepare
     from tinylm.presets import preset_config
-    from tinylm.train.data import resolve_data_dir
+    from tinylm.stages.pretrain.data import resolve_data_dir
     from tinylm.train.distributed import DistEnv
 
     calls: list[dict[str, Any]] = []

@@ -15,11 +15,11 @@ import torch
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.presets import preset_config
+from tinylm.stages.pretrain.sample import sample_ids
 from tinylm.train.faults import is_oom, oom_message
 from tinylm.train.metrics import MetricsLogger, read_metrics, truncate_after
 from tinylm.train.plot import plot_runs, smooth
 from tinylm.train.progress import Progress
-from tinylm.train.sample import sample_ids
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -223,8 +223,8 @@ def test_oom_message_lists_memory_flags() -> None:
 
 def test_sample_text_with_a_real_tokenizer() -> None:
     from test_train_support import VOCAB, data_dir
+    from tinylm.stages.pretrain.sample import sample_text
     from tinylm.tokenizer import load_tokenizer
-    from tinylm.train.sample import sample_text
 
     tokenizer = load_tokenizer(data_dir() / "tokenizer.json")
     torch.manual_seed(0)

@@ -7,7 +7,7 @@ import torch
 
 from tinylm.config import ModelConfig
 from tinylm.models.factory import build_model
-from tinylm.posttrain.vocab_growth import grow_vocab, init_token_rows
+from tinylm.models.vocab_growth import grow_vocab, init_token_rows
 
 OLD, NEW, N_EMBED = 60, 64, 32
 VARIANTS = [("classic", True), ("classic", False), ("modern", True), ("modern", False)]

@@ -1,6 +1,6 @@
 """`python -m tinylm` is the same as the `tinylm` command."""
 
-from tinylm.cli import main
+from tinylm.cli.main import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -1,6 +1,6 @@
 """The device's matmul peak: what one large square GEMM reaches, the ceiling MFU is measured against.
 
-On a CPU this is `tinylm.device.measure_cpu_peak_flops` (the same number `tinylm train` divides
+On a CPU this is `tinylm.runtime.device.measure_cpu_peak_flops` (the same number `tinylm train` divides
 by). On a GPU the datasheet says what the tensor cores can do (`device.peak_flops`), and this
 module also measures what they do here, since clocks, power limits and the library set the real
 ceiling; `tinylm bench` reports both.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from tinylm.bench.timing import Measurement, rate
-from tinylm.device import measure_cpu_peak_flops
+from tinylm.runtime.device import measure_cpu_peak_flops
 
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 

@@ -20,7 +20,7 @@ import torch
 from tinylm.bench.matmul_peak import DTYPE_NAMES, matmul_peak_flops
 from tinylm.bench.timing import Measurement, interleaved, ratio
 from tinylm.errors import TinyLMError
-from tinylm.measure_cache import cpu_model_name
+from tinylm.runtime.measure_cache import cpu_model_name
 
 SECTIONS: tuple[str, ...] = ("matmul", "decode", "train", "loader", "tokenizer")
 
@@ -57,11 +57,11 @@ def _median(m: Measurement | None) -> float | None:
 
 def run_bench(opts: BenchOptions, say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Measure what `opts.sections` name; returns the JSON-ready result (see docs/benchmarks.md for the keys)."""
-    from tinylm.device import configure_backends, describe, peak_flops, pick_device
     from tinylm.models.accounting import attention_flops_per_token
     from tinylm.models.factory import build_model
-    from tinylm.precision import choose_precision, native_bf16
     from tinylm.presets import preset_config
+    from tinylm.runtime.device import configure_backends, describe, peak_flops, pick_device
+    from tinylm.runtime.precision import choose_precision, native_bf16
 
     unknown = sorted(set(opts.sections) - set(SECTIONS))
     if unknown:
@@ -148,8 +148,8 @@ def _decoding_model(model: torch.nn.Module, opts: BenchOptions, device: torch.de
 
     With `opts.int8` the copy's linear layers are int8 (`generate --int8`) and the dtype is its activations'.
     """
-    from tinylm.inference.decode_precision import cast_for_decoding
     from tinylm.inference.int8 import quantize_int8
+    from tinylm.runtime.decode_precision import cast_for_decoding
 
     twin = copy.deepcopy(model)
     what = "weights"
@@ -166,8 +166,8 @@ def _decoding_model(model: torch.nn.Module, opts: BenchOptions, device: torch.de
 def _decode(model: torch.nn.Module, opts: BenchOptions, context: int, device: torch.device,
             dtype: torch.dtype) -> dict[str, Any]:
     """Greedy cached decoding at batch 1, tinylm's engine vs `transformers` generate, alternating."""
+    from tinylm.bench.decode import decode_tokens_per_s, hf_decode_tokens_per_s
     from tinylm.bench.memory_bandwidth import read_bandwidth, weight_bytes
-    from tinylm.inference.benchmark import decode_tokens_per_s, hf_decode_tokens_per_s
 
     decoding, reason = _decoding_model(model, opts, device, dtype)
     decode_dtype = next(decoding.parameters()).dtype
@@ -200,7 +200,7 @@ def _decode(model: torch.nn.Module, opts: BenchOptions, context: int, device: to
 def _train(model: torch.nn.Module, opts: BenchOptions, device: torch.device, dtype: torch.dtype, seq_len: int,
            peak: float | None, n_matmul: int) -> dict[str, Any]:
     from tinylm.bench.train_step import StepSetup, random_batch, reference_model, reference_step, tinylm_step
-    from tinylm.train.attention_policy import choose_attention, use_attention_kernel
+    from tinylm.runtime.attention_policy import choose_attention, use_attention_kernel
 
     setup = StepSetup(opts.batch_size, seq_len, device, dtype, opts.compile)
     attention = choose_attention(opts.attention, model.config, opts.batch_size, seq_len, dtype, device)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from tinylm.device import autocast
-from tinylm.train.compile_policy import compile_blocks
+from tinylm.runtime.compile_policy import compile_blocks
+from tinylm.runtime.device import autocast
 from tinylm.train.optim import build_optimizer
 from tinylm.train.step import clip_gradients
 
@@ -28,7 +28,7 @@ GRAD_CLIP = 1.0
 class StepSetup:
     """What both sides share: batch shape, device, autocast dtype, whether to torch.compile.
 
-    Compiling means what each side's users do: tinylm compiles its blocks (`train/compile_policy.py`),
+    Compiling means what each side's users do: tinylm compiles its blocks (`runtime/compile_policy.py`),
     a `transformers` user compiles the whole model.
     """
 

@@ -38,13 +38,13 @@ from tinylm.data.corpus import Corpus, open_corpus
 from tinylm.data.corpus_report import check_replacements, replacement_note, skipped_note
 from tinylm.data.encode import encode_corpus
 from tinylm.data.long_runs import MAX_RUN_CHARS, cut_long_runs
-from tinylm.data.paths import default_data_dir
 from tinylm.data.progress import Heartbeat, Progress
 from tinylm.data.shards import SPLITS, TOKENIZER_FILE, check_data_dir, shard_dtype
 from tinylm.data.split import is_dev
 from tinylm.data.staging import ShardWriter, Staging
 from tinylm.data.tail_split import dev_tail_length, needs_tail, split_as_tail
 from tinylm.errors import TinyLMError
+from tinylm.paths import default_data_dir
 from tinylm.tokenizer.tokenizer import Tokenizer
 
 FORMAT = 1

@@ -1,6 +1,6 @@
 """Bits per byte of a checkpoint on a prepared corpus's dev split, as the training log computes it.
 
-The score is `train/evaluate.py`'s: the mean loss over the dev shard's first windows, read in order,
+The score is `evaluate/dev_loss.py`'s: the mean loss over the dev shard's first windows, read in order,
 times the shard's tokens per byte over ln 2. With no folder named, the corpus is the one the model was
 pretrained on, found in the checkpoint's lineage, so the base, SFT, DPO and RL models of one pipeline
 are measured on the same text and their numbers compare.
@@ -20,8 +20,8 @@ from torch import nn
 
 from tinylm.checkpoint import TOKENIZER
 from tinylm.errors import TinyLMError
+from tinylm.evaluate.dev_loss import bits_per_byte, evaluate
 from tinylm.tokenizer.tokenizer import Tokenizer
-from tinylm.train.evaluate import bits_per_byte, evaluate
 
 
 def pretraining_data(meta: dict[str, Any]) -> Path:

@@ -24,8 +24,8 @@ from torch import nn
 
 from tinylm.inference.engine import Engine
 from tinylm.inference.sampling import SamplingParams
-from tinylm.posttrain.chat_format import ChatFormat
 from tinylm.tasks.task import Example, Task
+from tinylm.tokenizer.chat_format import ChatFormat
 
 GREEDY = SamplingParams(temperature=0.0)
 

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from torch import nn
 
 from tinylm.evaluate.loglikelihood import score_continuations
-from tinylm.posttrain.chat_format import ChatFormat
 from tinylm.tasks.preference_pairs import PreferencePair
+from tinylm.tokenizer.chat_format import ChatFormat
 
 
 def preference_accuracy(model: nn.Module, chat: ChatFormat, pairs: Sequence[PreferencePair],

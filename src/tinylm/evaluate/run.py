@@ -55,7 +55,7 @@ def load_subject(checkpoint: str | Path) -> Subject:
 def evaluate_checkpoint(checkpoint: str | Path, tasks: list[EvalTask], options: EvalOptions | None = None
                         ) -> Evaluation:
     from tinylm.evaluate.core import core_score
-    from tinylm.train.rng import seed_everything
+    from tinylm.runtime.rng import seed_everything
 
     options = options or EvalOptions()
     options.validate()

@@ -67,7 +67,7 @@ class Subject:
 
     @cached_property
     def chat(self) -> Any:
-        from tinylm.posttrain.chat_format import ChatFormat
+        from tinylm.tokenizer.chat_format import ChatFormat
 
         return ChatFormat.from_tokenizer(self.tokenizer)
 
@@ -161,11 +161,11 @@ def parse_task(spec: str) -> EvalTask:
     if kind == "builtin":
         return Generative(spec, get_task(spec))
     if spec == "code":
-        from tinylm.evaluate.code_task import CodeTask
+        from tinylm.tasks.code import CodeTask
 
         return Generative(spec, CodeTask())
     if kind == "gsm8k" and rest:
-        from tinylm.evaluate.gsm8k import GSM8KTask
+        from tinylm.tasks.gsm8k import GSM8KTask
 
         return Generative(spec, GSM8KTask(rest))
     if kind in CHOICE_LAYOUTS and rest:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tinylm.errors import TinyLMError
-from tinylm.posttrain.chat_format import ChatFormat
+from tinylm.tokenizer.chat_format import ChatFormat
 
 
 @dataclass

@@ -18,8 +18,8 @@ from tinylm.errors import TinyLMError
 def load_for_generation(path: str, int8: bool = False, device: str = "auto") -> tuple[nn.Module, Any, dict[str, Any]]:
     """(model in eval mode, tokenizer, checkpoint metadata) for `tinylm generate` / `tinylm chat`."""
     from tinylm.checkpoint import load_model
-    from tinylm.device import pick_device
-    from tinylm.inference.decode_precision import cast_for_decoding
+    from tinylm.runtime.decode_precision import cast_for_decoding
+    from tinylm.runtime.device import pick_device
 
     target = pick_device(device)
     try:
@@ -48,6 +48,6 @@ def chat_format_of(tokenizer: Any, meta: dict[str, Any]) -> Any:
     """The chat format of a fine-tuned checkpoint (one that carries a chat template), or None for a base model."""
     if not meta.get("chat_template"):
         return None
-    from tinylm.posttrain.chat_format import ChatFormat
+    from tinylm.tokenizer.chat_format import ChatFormat
 
     return ChatFormat.from_tokenizer(tokenizer)

@@ -97,7 +97,7 @@ def _write_adapter(folder: Path, config: Any, base: dict[str, torch.Tensor], lor
     from tinylm.checkpoint import full_state_dict
     from tinylm.interop.peft_export import write_peft_adapter
     from tinylm.models.factory import build_model
-    from tinylm.posttrain.lora import LoraConfig, apply_lora, load_lora_state_dict
+    from tinylm.models.lora import LoraConfig, apply_lora, load_lora_state_dict
 
     model = build_model(config)
     model.load_state_dict(full_state_dict(model, base, folder))

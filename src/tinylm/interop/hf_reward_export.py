@@ -23,7 +23,7 @@ import torch
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.interop.hf import MODEL_TYPES, hf_architecture, hf_config_dict, to_hf_weights
-from tinylm.posttrain.reward_model import BACKBONE
+from tinylm.models.reward_model import BACKBONE
 
 SEQUENCE_CLASSIFICATION = {
     "LlamaForCausalLM": "LlamaForSequenceClassification", "MistralForCausalLM": "MistralForSequenceClassification",
@@ -80,7 +80,7 @@ def export_reward_checkpoint(checkpoint: str | Path, out: str | Path) -> tuple[P
     from tinylm.interop.hf_tokenizer import write_hf_tokenizer
     from tinylm.interop.output_folder import output_folder
     from tinylm.models.factory import build_model
-    from tinylm.posttrain.reward_model import RewardModel, reward_checkpoint_weights
+    from tinylm.models.reward_model import RewardModel, reward_checkpoint_weights
 
     ckpt = resolve_checkpoint(checkpoint)
     meta = read_checkpoint_config(ckpt)

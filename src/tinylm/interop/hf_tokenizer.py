@@ -5,7 +5,7 @@ same tokenizer and produces the same ids. What `transformers` adds on top is nam
 tokenizer_config.json: our end-of-text token serves as BOS, EOS and PAD (a model trained on
 documents separated by EOT knows no other), and nothing is added around the text on encode, so
 `AutoTokenizer(text).input_ids` equals our `encode(text)`. A chat model's checkpoint also carries its
-chat template (posttrain/chat_format.py): it goes into `chat_template`, and the special tokens it
+chat template (tokenizer/chat_format.py): it goes into `chat_template`, and the special tokens it
 writes are named `extra_special_tokens`, so `apply_chat_template` gives the ids and the assistant
 mask tinylm trained on.
 """

@@ -29,7 +29,7 @@ from tinylm.errors import TinyLMError
 from tinylm.interop.hf import hf_architecture, to_hf_weights
 from tinylm.interop.names import rename
 from tinylm.interop.output_folder import output_folder
-from tinylm.posttrain.lora import LoraConfig, base_state_dict, lora_state_dict
+from tinylm.models.lora import LoraConfig, base_state_dict, lora_state_dict
 
 ADAPTER_CONFIG, ADAPTER_WEIGHTS = "adapter_config.json", "adapter_model.safetensors"
 PEFT_PREFIX = "base_model.model."  # PeftModel -> LoraModel -> the transformers CausalLM

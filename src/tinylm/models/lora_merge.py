@@ -1,7 +1,7 @@
 """Folding a LoRA adapter into its base weight: W' = W + scale * B A.
 
 The one formula both sides of LoRA need: training merges adapters into the model it holds
-(`posttrain/lora.py`), and loading an adapter-only checkpoint rebuilds the fine-tuned model from
+(`models/lora.py`), and loading an adapter-only checkpoint rebuilds the fine-tuned model from
 its base checkpoint and the stored A and B (`checkpoint.py`). It lives here, below both, because it
 is plain tensor algebra: it needs no module, no optimizer and no LoRA configuration beyond `scale`.
 """

@@ -69,14 +69,14 @@ def stage_config_class(stage: str) -> type:
 
         return TrainConfig
     if stage == "sft":
-        from tinylm.posttrain.sft import SFTConfig
+        from tinylm.stages.sft.stage import SFTConfig
 
         return SFTConfig
     if stage == "dpo":
-        from tinylm.posttrain.dpo import DPOConfig
+        from tinylm.stages.preference.dpo import DPOConfig
 
         return DPOConfig
-    from tinylm.posttrain.rl import RLConfig
+    from tinylm.stages.rl.stage import RLConfig
 
     return RLConfig
 

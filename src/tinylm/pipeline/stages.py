@@ -23,18 +23,18 @@ UNSTABLE = ("resume", "progress")  # settings that may differ between a run and 
 
 def stage_object(name: str) -> Stage:
     if name == "pretrain":
-        from tinylm.train.pretrain import PretrainStage
+        from tinylm.stages.pretrain.stage import PretrainStage
 
         return PretrainStage()
     if name == "sft":
-        from tinylm.posttrain.sft import SFTStage
+        from tinylm.stages.sft.stage import SFTStage
 
         return SFTStage()
     if name == "dpo":
-        from tinylm.posttrain.dpo import DPOStage
+        from tinylm.stages.preference.dpo import DPOStage
 
         return DPOStage()
-    from tinylm.posttrain.rl import RLStage
+    from tinylm.stages.rl.stage import RLStage
 
     return RLStage()
 

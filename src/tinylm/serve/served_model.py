@@ -8,8 +8,8 @@ from typing import Any
 from torch import nn
 
 from tinylm.errors import TinyLMError
-from tinylm.posttrain.chat_format import ChatFormat
 from tinylm.serve.scheduler import Scheduler
+from tinylm.tokenizer.chat_format import ChatFormat
 
 
 @dataclass

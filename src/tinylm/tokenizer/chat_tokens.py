@@ -5,7 +5,7 @@ the markers are special tokens: `encode` turns their text into one id, `encode_o
 chat renderer uses for message contents) never does. Every BPE that `tinylm prepare` trains reserves
 them next to "<|endoftext|>" (`RESERVED_SPECIALS`); a tokenizer without them (an older run, r50k, an
 imported model) gets them from `with_chat_tokens`, appended after its last id, so every existing id
-keeps its meaning and a model needs only new rows for the new ids (posttrain/vocab_growth.py).
+keeps its meaning and a model needs only new rows for the new ids (models/vocab_growth.py).
 """
 
 from __future__ import annotations

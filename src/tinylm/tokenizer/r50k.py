@@ -66,7 +66,7 @@ def check_added(added: object, eot_id: int) -> dict[str, int]:
 
 
 def tinylm_home_file() -> Path:
-    from tinylm.data.paths import tinylm_home
+    from tinylm.paths import tinylm_home
 
     return tinylm_home() / "tiktoken" / "r50k_base.tiktoken"
 

@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tinylm.device import pick_device
 from tinylm.errors import TinyLMError
+from tinylm.runtime.device import pick_device
 
 
 @dataclass(frozen=True)

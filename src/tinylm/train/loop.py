@@ -1,6 +1,6 @@
 """The one training loop: `run_training(TrainConfig, stage=...) -> TrainSummary`, for every stage.
 
-Pretraining (`train/pretrain.py`), SFT (`posttrain/sft.py`) and the later stages plug in as a `Stage`
+Pretraining (`stages/pretrain/stage.py`), SFT (`stages/sft/stage.py`) and the later stages plug in as a `Stage`
 (`train/stage.py`): their model, batches, loss and evaluation. Everything else is here, once.
 
 One step is: set the learning rate from the schedule, accumulate gradients over micro-batches, clip,
@@ -38,11 +38,12 @@ from tinylm.checkpoint import (
     sweep_leftovers,
 )
 from tinylm.config import ModelConfig
-from tinylm.device import configure_backends, describe, empty_cache, peak_flops, resolve_dtype
 from tinylm.errors import TinyLMError
-from tinylm.precision import PrecisionChoice, choose_precision
-from tinylm.train.attention_policy import AttentionChoice, choose_attention, use_attention_kernel
-from tinylm.train.compile_policy import compile_blocks, eager_blocks, plan_compile
+from tinylm.runtime.attention_policy import AttentionChoice, choose_attention, use_attention_kernel
+from tinylm.runtime.compile_policy import compile_blocks, eager_blocks, plan_compile
+from tinylm.runtime.device import configure_backends, describe, empty_cache, peak_flops, resolve_dtype
+from tinylm.runtime.precision import PrecisionChoice, choose_precision
+from tinylm.runtime.rng import capture_rng, restore_rng
 from tinylm.train.config import TrainConfig
 from tinylm.train.distributed import (
     DistEnv,
@@ -58,7 +59,6 @@ from tinylm.train.metrics import METRICS, MetricsLogger, truncate_after
 from tinylm.train.mfu import model_flops_utilization
 from tinylm.train.optim import AnyOptimizer, build_optimizer, members
 from tinylm.train.progress import Progress
-from tinylm.train.rng import capture_rng, restore_rng
 from tinylm.train.run_dir import choose_run_dir, plan_resume
 from tinylm.train.run_lock import RunLock
 from tinylm.train.schedule import LRSchedule, apply_lr
@@ -103,7 +103,7 @@ def run_training(config: TrainConfig | None = None, *, model_config: ModelConfig
     if changes:
         cfg = cfg.replace(**changes)
     if stage is None:
-        from tinylm.train.pretrain import PretrainStage
+        from tinylm.stages.pretrain.stage import PretrainStage
 
         stage = PretrainStage(model_config)
     owns_group = not (dist.is_available() and dist.is_initialized())
@@ -208,7 +208,7 @@ class _Run:
         self.flops_per_token = raw.flops_per_token(self.seq_len)
 
     def _choose_precision(self) -> None:
-        """The autocast dtype: measured on a CPU with native bf16 (`precision.py`); a resumed run keeps its own."""
+        """The autocast dtype: measured on a CPU with native bf16 (runtime/precision.py); a resume keeps its own."""
         saved = (self.state or {}).get("dtype")
         if self.cfg.dtype == "auto" and saved:
             self.precision = PrecisionChoice(getattr(torch, saved), f"{saved}: as the run being resumed")

@@ -16,7 +16,7 @@ only what makes it that stage:
   micro-batches hold different numbers of targets;
 - `begin_step(model, batches)` (optional): a look at all of a step's micro-batches before its first
   backward, for a statistic of the whole step that every micro-batch's loss then shares (KTO's
-  reference point, posttrain/kto_step.py); per-micro-batch statistics would break the equality above;
+  reference point, stages/preference/kto_step.py); per-micro-batch statistics would break the equality above;
 - `batch_tokens(batch)` (optional): the tokens a micro-batch's forward really processes, for tokens/s
   and MFU, when rows are cut shorter than the planned `seq_len` (rollouts, preference pairs);
 - `evaluate(model)`: the numbers that say whether the stage works (dev loss, exact-match...).

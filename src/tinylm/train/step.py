@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinylm.device import autocast
+from tinylm.runtime.device import autocast
 from tinylm.train.distributed import is_fsdp
 from tinylm.train.stage import StageLoss
 

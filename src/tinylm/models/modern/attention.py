@@ -11,7 +11,7 @@ by sigmoid(W_g x), Qwen3-Next: lets a head switch itself off and removes attenti
 The attention itself is `F.scaled_dot_product_attention`, which picks flash / memory-efficient
 kernels when it can. On a CPU, where those kernels are slow, a training run may switch a model to
 `kernel = "blockwise"` (models/modern/blockwise_attention.py) after measuring it faster
-(train/attention_policy.py); it computes the same function (in bf16 with its scores rounded to
+(runtime/attention_policy.py); it computes the same function (in bf16 with its scores rounded to
 bf16, as eager attention does), and only without a KV cache.
 """
 

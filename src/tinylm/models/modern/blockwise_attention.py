@@ -23,7 +23,7 @@ Why not always `F.scaled_dot_product_attention`: on a GPU its flash kernel is th
 this file is never used there. On a CPU its flash kernel walks small tiles: at the `small` preset
 (8 x 512 tokens, 6 heads of 64, 2 KV heads) forward + backward measured 57 ms in bf16 against 22 ms
 here, and 66 ms in float32 against 50 ms. Which is faster depends on the CPU, the shape and the
-dtype, so a run takes this path only where `train/attention_policy.py` measured it faster.
+dtype, so a run takes this path only where `runtime/attention_policy.py` measured it faster.
 
 Grouped heads need no copies of the keys: the G query heads sharing one key/value head are stacked
 as G x block rows against that head's keys. Autograd differentiates the block products; nothing here

@@ -4,7 +4,7 @@ conversation of a packed row.
 Returns `None` when plain causal attention (or, for one new token, attending to everything) says it
 all, so the common paths use SDPA's fused `is_causal` without building a mask tensor.
 
-Packing several conversations into one row (posttrain/packing.py) gives each token a segment id;
+Packing several conversations into one row (data/packing.py) gives each token a segment id;
 a query then sees only the keys of its own segment, so every conversation is computed exactly as if
 it were alone in its row. Both architectures build their masks here.
 """

@@ -1,0 +1,137 @@
+"""Talk to a checkpoint: each line you type is a turn, and the model's reply streams back.
+
+A fine-tuned checkpoint (one that carries a chat template, e.g. from `tinylm sft`) is spoken to in
+its chat format: each line is a user turn, the reply ends at the end-of-turn token, --system sets a
+system prompt, and when the conversation outgrows the window the oldest exchanges are dropped first
+(with a notice). A base model has no turns: the conversation is one growing text that it continues,
+and a reply ends at the end-of-text token or after --max-new-tokens. When standard input is not a
+terminal, each line read is one turn and each reply is printed on its own line, so chats can be
+scripted. Type /reset to start over; Ctrl-D or Ctrl-C quits.
+
+examples:
+  tinylm chat --checkpoint runs/tiny-modern-sft
+  printf 'What is 2 + 3?\nAnd 4 + 4?\n' | tinylm chat --checkpoint runs/tiny-modern-sft --temperature 0
+  tinylm chat --checkpoint runs/tiny-modern-sft --system "Answer with a number."
+  tinylm chat --checkpoint runs/tiny-modern --temperature 0.7 --top-p 0.9 --int8    a base model
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from tinylm.cli.commands.generate import add_sampling_arguments, sampling_params, use_threads
+
+HELP = "interactive loop: type a line, the model's reply streams back"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_sampling_arguments(parser, max_new_tokens=128)
+    parser.add_argument("--system", default=None, metavar="TEXT", help="system prompt (chat models)")
+
+
+def reply_limit(max_new_tokens: int, window: int) -> int:
+    """Tokens a reply may take: at most half the window, so the history keeps the rest (said when it caps)."""
+    room = max(1, window // 2)
+    if max_new_tokens > room:
+        print(f"tinylm: --max-new-tokens {max_new_tokens} is capped at {room}: a reply may use at most half of "
+              f"the model's {window}-token window, the conversation needs the rest", file=sys.stderr)
+        return room
+    return max_new_tokens
+
+
+class TextHistory:
+    """A base model's conversation: one growing text it continues, its oldest tokens dropped to fit."""
+
+    def __init__(self, tokenizer: Any, window: int, reply_room: int) -> None:
+        self.tokenizer, self.budget = tokenizer, max(1, window - reply_room)
+        eot = getattr(tokenizer, "eot_id", None)
+        self.start = [] if eot is None else [int(eot)]
+        self.stop_ids = self.start
+        self.ids: list[int] = []
+
+    def prompt(self, text: str) -> tuple[list[int], int]:
+        self.ids = (self.ids + self.tokenizer.encode(text + "\n"))[-self.budget:]  # keep the newest text
+        return self.ids or self.start, 0
+
+    def add_reply(self, reply: list[int]) -> None:
+        self.ids += reply
+
+    def reset(self) -> None:
+        self.ids = []
+
+
+class Turns:
+    """A chat model's conversation in its chat format (`ChatSession`), with the same interface as TextHistory."""
+
+    def __init__(self, chat: Any, window: int, reply_room: int, system: str | None) -> None:
+        from tinylm.inference.chat_session import ChatSession
+
+        self.session = ChatSession(chat, window, reply_room, system=system)
+        self.stop_ids = list(chat.stop_ids)
+        self.prompt, self.reset = self.session.prompt, self.session.reset
+
+    def add_reply(self, reply: list[int]) -> None:
+        self.session.add_reply(self.session.chat.tokenizer.decode(reply))
+
+
+def run(args: argparse.Namespace) -> int:
+    from tinylm.errors import TinyLMError
+    from tinylm.inference.engine import Engine
+    from tinylm.inference.loading import chat_format_of, load_for_generation
+    from tinylm.inference.streaming import TextStream
+
+    sampling = sampling_params(args)
+    use_threads(args.threads)
+    model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8)
+    window = model.config.context_length
+    reply_room = reply_limit(args.max_new_tokens, window)
+    engine = Engine(model)
+    interactive = sys.stdin.isatty()
+    chat = chat_format_of(tokenizer, meta)
+    kind = "its chat format" if chat is not None else "a base model: it continues the text"
+    print(f"tinylm: chatting with {meta['path']} ({kind}; window {window} tokens); Ctrl-D to quit", file=sys.stderr)
+    if meta.get("decode_precision"):
+        print(f"tinylm: {meta['decode_precision']}", file=sys.stderr)
+    if chat is None and args.system:
+        print("tinylm: --system is ignored: a base model has no system turn", file=sys.stderr)
+    conversation: Any = (Turns(chat, window, reply_room, args.system) if chat is not None
+                         else TextHistory(tokenizer, window, reply_room))
+    turn = 0
+    try:
+        while True:
+            if interactive:
+                print("> ", end="", file=sys.stderr, flush=True)
+            line = sys.stdin.readline()
+            if not line:  # EOF (Ctrl-D or the end of piped input)
+                break
+            text = line.rstrip("\r\n")
+            if text.strip() == "/reset":
+                conversation.reset()
+                print("tinylm: history cleared", file=sys.stderr)
+                continue
+            try:
+                ids, dropped = conversation.prompt(text)
+            except TinyLMError as exc:  # a message too long for the window: say so, keep chatting
+                print(f"tinylm: {exc}", file=sys.stderr)
+                continue
+            if dropped:
+                print(f"tinylm: dropped the {dropped} oldest exchange(s) to stay within the {window}-token window",
+                      file=sys.stderr)
+            if not ids:
+                continue
+            stream = TextStream(tokenizer)
+            reply: list[int] = []
+            for token in engine.stream(ids, reply_room, sampling, seed=args.seed + turn,
+                                       stop_ids=conversation.stop_ids):
+                reply.append(token)
+                sys.stdout.write(stream.push(token))
+                sys.stdout.flush()
+            sys.stdout.write(stream.flush() + "\n")
+            sys.stdout.flush()
+            conversation.add_reply(reply)
+            turn += 1
+    except KeyboardInterrupt:
+        print("", file=sys.stderr)
+    return 0

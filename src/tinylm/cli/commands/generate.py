@@ -1,0 +1,195 @@
+"""Sample text from a checkpoint, streamed to stdout as it is generated.
+
+RUN is a run folder (its newest checkpoint) or one checkpoint folder. The prompt comes from
+--prompt or --prompt-file; with neither (or an empty one) generation starts a fresh document from the
+end-of-text token. A prompt longer than the model's window keeps its last tokens, with a notice.
+
+examples:
+  tinylm generate --checkpoint runs/tiny-modern --prompt "def main(" --max-new-tokens 100
+  tinylm generate --checkpoint runs/tiny-modern --temperature 0              greedy
+  tinylm generate --checkpoint runs/small --draft runs/tiny-modern             speculative decoding
+  tinylm generate --checkpoint runs/tiny-modern --int8 --num-samples 3 --seed 1
+  tinylm generate --checkpoint runs/tiny-modern-sft --chat --prompt "What is 2 + 3?"   a chat model
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tinylm.cli import option_types
+from tinylm.errors import TinyLMError
+
+HELP = "sample text from a checkpoint (streams to stdout)"
+MAX_NEW_TOKENS = 1_000_000  # a million tokens is hours of decoding; more is a typo, refused before allocating
+MAX_NUM_SAMPLES = 10_000
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
+    """Options shared by `generate` and `chat`."""
+    parser.add_argument("--checkpoint", required=True, metavar="RUN",
+                        help="a run folder (newest checkpoint) or a checkpoint folder")
+    parser.add_argument("--max-new-tokens", type=option_types.bounded_int(0, MAX_NEW_TOKENS), metavar="N",
+                        default=max_new_tokens, help="tokens to generate at most (default %(default)s)")
+    parser.add_argument("--temperature", type=float, default=0.8, metavar="T",
+                        help="0 = greedy; higher = more random (default %(default)s)")
+    parser.add_argument("--top-k", type=option_types.count, default=None, metavar="K",
+                        help="sample among the K most likely tokens")
+    parser.add_argument("--top-p", type=float, default=None, metavar="P",
+                        help="nucleus: the most likely tokens holding probability P")
+    parser.add_argument("--min-p", type=float, default=None, metavar="P",
+                        help="drop tokens less likely than P times the most likely one")
+    parser.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
+                        help="> 1 discourages tokens already in the text (default %(default)s)")
+    parser.add_argument("--int8", action="store_true", help="int8 weights for the linear layers (less memory)")
+    parser.add_argument("--seed", type=option_types.seed, default=0, metavar="S",
+                        help="random seed in [0, 2**32) (default %(default)s)")
+    parser.add_argument("--threads", type=option_types.threads, default=None, metavar="N",
+                        help="CPU threads (default: torch's; 1 is often fastest for small models on a busy machine)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_sampling_arguments(parser, max_new_tokens=200)
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--prompt", default=None, metavar="TEXT", help="text to continue")
+    source.add_argument("--prompt-file", default=None, metavar="F", help="read the prompt from a UTF-8 file")
+    parser.add_argument("--draft", default=None, metavar="RUN",
+                        help="a small model with the same tokenizer for speculative decoding")
+    parser.add_argument("--chat", action="store_true",
+                        help="the prompt is a user message to a chat model (its chat template); the reply ends "
+                             "at the end of its turn")
+    parser.add_argument("--system", default=None, metavar="TEXT", help="with --chat: a system prompt")
+    parser.add_argument("--num-samples", type=option_types.bounded_int(1, MAX_NUM_SAMPLES), default=1, metavar="K",
+                        help="independent samples (default 1)")
+
+
+def sampling_params(args: argparse.Namespace) -> Any:
+    """The validated sampling options (one line for a bad one), before any checkpoint is read."""
+    from tinylm.inference.sampling import SamplingParams
+
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+                          repetition_penalty=args.repetition_penalty)
+
+
+def prompt_ids(text: str, tokenizer: Any, window: int, room: int = 1) -> list[int]:
+    """Token ids of a prompt: EOT for an empty one; cut from the left (with a notice) to leave `room` in the window."""
+    from tinylm.inference.loading import eot_id
+
+    ids = list(tokenizer.encode(text)) if text else []
+    if not ids:
+        eot = eot_id(tokenizer)
+        if eot is None:
+            raise TinyLMError("the prompt is empty and the tokenizer has no end-of-text token to start from")
+        return [eot]
+    limit = max(1, window - room)
+    if len(ids) > limit:
+        print(f"tinylm: the prompt has {len(ids)} tokens, more than the model's window allows; "
+              f"keeping the last {limit}", file=sys.stderr)
+        ids = ids[-limit:]
+    return ids
+
+
+def chat_prompt(text: str, system: str | None, tokenizer: Any, meta: dict[str, Any], window: int
+                ) -> tuple[list[int], list[int]]:
+    """(ids, stop ids) for `generate --chat`: the message as a user turn in the checkpoint's chat format."""
+    from tinylm.inference.loading import chat_format_of
+
+    chat = chat_format_of(tokenizer, meta)
+    if chat is None:
+        raise TinyLMError(f"checkpoint {meta['path']} has no chat template: it is a base model (fine-tune it with "
+                          "`tinylm sft`, or generate without --chat)")
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+    ids = chat.prompt_ids(messages)
+    if len(ids) >= window:
+        raise TinyLMError(f"the message is {len(ids)} tokens in the chat format: no room for a reply in the "
+                          f"model's {window}-token window")
+    return ids, list(chat.stop_ids)
+
+
+def use_threads(threads: int | None) -> None:
+    """--threads: torch's intra-op threads for this process (None keeps torch's choice)."""
+    import torch
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+
+
+def check_same_tokenizer(tokenizer: Any, draft_tokenizer: Any, draft: str) -> None:
+    """Speculative decoding feeds the target's ids to the draft: both must split text the same way."""
+    if draft_tokenizer.fingerprint != tokenizer.fingerprint:
+        raise TinyLMError(f"--draft {draft} has another tokenizer than the checkpoint: speculative decoding "
+                          "needs both models to share one tokenizer")
+
+
+def _read_prompt(args: argparse.Namespace) -> str:
+    if args.prompt_file is None:
+        return args.prompt or ""
+    path = Path(args.prompt_file)
+    if not path.is_file():
+        raise TinyLMError(f"prompt file not found: {path}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise TinyLMError(f"prompt file {path} is not UTF-8 text") from None
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch  # noqa: F401 - imported here so `tinylm --help` stays instant
+
+    from tinylm.inference.engine import Engine
+    from tinylm.inference.loading import eot_id, load_for_generation
+    from tinylm.inference.speculative import SpeculativeStats, speculative_stream
+    from tinylm.inference.streaming import TextStream
+
+    sampling = sampling_params(args)
+    text = _read_prompt(args)
+    use_threads(args.threads)
+    model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8)
+    draft = None
+    if args.draft is not None:
+        draft, draft_tokenizer, _ = load_for_generation(args.draft, int8=args.int8)
+        check_same_tokenizer(tokenizer, draft_tokenizer, args.draft)
+    print(f"tinylm: {meta['path']} (step {meta.get('step')}, {model.config.arch}, "
+          f"{model.num_params() / 1e6:.1f}M parameters{', int8' if args.int8 else ''})", file=sys.stderr)
+    if meta.get("decode_precision"):
+        print(f"tinylm: {meta['decode_precision']}", file=sys.stderr)
+
+    window = model.config.context_length
+    if args.chat:
+        ids, stops = chat_prompt(text, args.system, tokenizer, meta, window)
+        text = ""  # the reply is printed, not the rendered conversation
+    else:
+        ids = prompt_ids(text, tokenizer, window)
+        stops = [] if eot_id(tokenizer) is None else [eot_id(tokenizer)]
+    engine = Engine(model)
+    started, total = time.perf_counter(), 0
+    stats = SpeculativeStats()
+    for sample in range(args.num_samples):
+        if args.num_samples > 1:
+            _write(f"{'' if sample == 0 else chr(10)}--- sample {sample + 1} ---\n")
+        _write(text)
+        stream = TextStream(tokenizer)
+        seed = args.seed + sample
+        if draft is not None:
+            tokens = speculative_stream(model, draft, ids, args.max_new_tokens, sampling=sampling, seed=seed,
+                                        stop_ids=stops, stats=stats)
+        else:
+            tokens = engine.stream(ids, args.max_new_tokens, sampling, seed=seed, stop_ids=stops)
+        for token in tokens:
+            _write(stream.push(token))
+            total += 1
+        _write(stream.flush() + "\n")
+    seconds = time.perf_counter() - started
+    note = f"tinylm: {total} tokens in {seconds:.2f}s ({total / max(seconds, 1e-9):.0f} tokens/s)"
+    if draft is not None:
+        note += f", draft acceptance {stats.acceptance_rate:.0%}"
+    print(note, file=sys.stderr)
+    return 0

@@ -1,0 +1,66 @@
+"""The whole road in one command: prepare -> pretrain -> SFT -> DPO -> GRPO -> eval, then the stage table.
+
+Offline, on the embedded corpus and the built-in task (default builtin:arith?digits=2&ops=+), with a
+tiny model: about 12 minutes on two CPU cores. Each stage runs in its own folder under --out
+(pretrain, sft, dpo, grpo) with its own report card; OUT/report.html holds the stage table. Running
+the command again skips the finished stages and resumes an interrupted one where it stopped.
+
+FILE is a TOML file with one table per stage ([prepare], [pretrain], [sft], [dpo], [grpo], [eval]),
+whose keys are that stage's options; an unknown key is refused. See docs/pipeline-command.md.
+
+examples:
+  tinylm pipeline                                   the default road into runs/pipeline
+  tinylm pipeline my-road.toml --out runs/road2     changed stages, another folder
+  tinylm pipeline --threads 2 --json                the stage table as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from tinylm.cli.option_types import threads
+
+HELP = "prepare -> pretrain -> SFT -> DPO -> GRPO -> eval, resumable, with a stage table and report card"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", nargs="?", metavar="FILE", help="TOML file of stage settings (see above)")
+    parser.add_argument("--out", default=None, metavar="DIR", help="pipeline folder (default: the file's, or "
+                        "runs/pipeline)")
+    parser.add_argument("--threads", type=threads, default=None, help="CPU threads for every stage")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tinylm.pipeline.config import load_pipeline_config
+    from tinylm.pipeline.run import run_pipeline
+    from tinylm.pipeline.table import format_table, table_rows, write_pipeline_card
+
+    config = load_pipeline_config(args.file)
+    if args.out:
+        config.out = args.out
+    if args.threads:
+        config.threads = args.threads
+    if not args.progress:
+        for stage in ("pretrain", "sft", "dpo", "grpo"):
+            config.sections[stage]["progress"] = False
+    result = run_pipeline(config, progress=args.progress)
+    if result.stopped is not None:
+        print(f"pipeline stopped in {result.stopped}: run `tinylm pipeline` again to resume it")
+        return 130
+    header, cells = table_rows(result.rows, config.task)
+    final_run = Path(result.rows[-1]["checkpoint"]).parent.parent
+    card = write_pipeline_card(Path(result.out), header, cells, result.wall_s, final_run)
+    if args.json:
+        print(json.dumps({**result.to_dict(), "report": str(card)}))
+        return 0
+    print(f"\n{format_table(header, cells)}\n")
+    print(f"total wall time {result.wall_s:.0f} s (ran: {', '.join(result.ran) or 'nothing'}; "
+          f"skipped: {', '.join(result.skipped) or 'nothing'})")
+    print(f"report card: {card}")
+    print(f"next: tinylm chat --checkpoint {final_run}")
+    return 0

@@ -1,0 +1,102 @@
+"""Serve a checkpoint behind OpenAI's API, with a web chat page at /.
+
+Many clients share one continuously batched engine: requests join the running batch at the next
+step and leave it as soon as they finish or their client goes away. The checkpoint is loaded, and
+the port bound, before anything is served, so a bad path or a busy port is one line and exit 1.
+Ctrl-C or SIGTERM stops taking new requests, lets the running ones finish, then exits.
+
+examples:
+  tinylm serve --checkpoint runs/tiny-modern
+  tinylm serve --checkpoint runs/tiny-modern --port 8080 --api-key "$KEY"
+  curl http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\
+       -d '{"model": "tiny-modern", "prompt": "def main(", "max_tokens": 40}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tinylm.cli import option_types
+from tinylm.cli.commands.generate import use_threads
+from tinylm.errors import TinyLMError
+
+HELP = "OpenAI-compatible HTTP API with continuous batching, and a web chat page"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", required=True, metavar="RUN",
+                        help="a run folder (newest checkpoint) or a checkpoint folder")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default %(default)s: this machine only)")
+    parser.add_argument("--port", type=option_types.bounded_int(0, 65535), default=8000,
+                        help="TCP port (default %(default)s; 0 picks a free one)")
+    parser.add_argument("--api-key", default=None, metavar="KEY",
+                        help="require 'Authorization: Bearer KEY' on /v1 requests")
+    parser.add_argument("--model-name", default=None, metavar="NAME",
+                        help="the model id clients ask for (default: the checkpoint folder's name)")
+    parser.add_argument("--max-slots", type=option_types.bounded_int(1, 1024), default=16, metavar="N",
+                        help="requests decoded together in one batch; more wait in line (default %(default)s)")
+    parser.add_argument("--prefill-chunk", type=option_types.bounded_int(1, 1 << 20), default=64, metavar="T",
+                        help="prompt tokens computed per step between decode steps (default %(default)s)")
+    parser.add_argument("--drain-timeout", type=option_types.bounded_float(0), default=60.0, metavar="S",
+                        help="on shutdown, seconds to let running requests finish (default %(default)s)")
+    parser.add_argument("--int8", action="store_true", help="int8 weights for the linear layers (less memory)")
+    parser.add_argument("--threads", type=option_types.threads, default=None, metavar="N",
+                        help="CPU threads for the model (default: torch's)")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the server starts: a busy port is one clear line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say they are TCP,
+    # and with Nagle on, each small streamed chunk can wait 40 ms for the client's delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)  # from here on, connections wait in the backlog until the server accepts them
+    except OSError as exc:
+        sock.close()
+        raise TinyLMError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from tinylm.inference.loading import load_for_generation
+    from tinylm.serve.app import create_app
+    from tinylm.serve.served_model import ServedModel
+
+    use_threads(args.threads)
+    model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8)
+    name = args.model_name or Path(args.checkpoint).resolve().name
+    served = ServedModel.build(name, model, tokenizer, max_slots=args.max_slots, prefill_budget=args.prefill_chunk)
+    sock = bind(args.host, args.port)
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(create_app(served, args.api_key), log_level="warning",
+                            timeout_graceful_shutdown=args.drain_timeout)
+    print(f"tinylm: serving {name} ({meta['path']}) at http://{host}:{port}/v1, chat page at http://{host}:{port}/",
+          file=sys.stderr, flush=True)
+    with _quiet_after_shutdown():
+        uvicorn.Server(config).run(sockets=[sock])
+    print("tinylm: server stopped", file=sys.stderr)
+    return 0
+
+
+@contextmanager
+def _quiet_after_shutdown() -> Iterator[None]:
+    """uvicorn drains on SIGTERM / Ctrl-C, then re-raises the signal to whoever handled it before: let that
+    be a no-op, so a drained server exits 0 instead of being killed by its own signal."""
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,138 @@
+"""The `tinylm` command line: one subcommand per stage, each living in `tinylm/commands/NAME.py`.
+
+A command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`. Command
+modules import heavy libraries (torch, tokenizers) inside `run`, so `tinylm --help` stays instant.
+Every option can also come from a TOML or JSON file given with `--config FILE` (keys are option
+names, with dashes or underscores), checked as the flags are (see options_file.py); options on the
+command line win. User mistakes surface as one line on stderr and a non-zero exit, never a
+traceback (see failures.py); a closed stdout ends the command quietly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from types import ModuleType
+from typing import NoReturn
+
+from tinylm.errors import TinyLMError
+from tinylm.failures import CLOSED_PIPE_EXIT, error_prefix, silence_closed_stdout, user_message
+from tinylm.options_file import apply_options, load_options_file
+
+COMMANDS: tuple[str, ...] = (
+    "prepare", "train", "sft", "dpo", "reward", "generate", "chat", "report", "bench", "compare", "plot", "export",
+    "import", "serve", "rl", "eval", "pipeline",
+)
+
+
+def _command_module(name: str):
+    module = f"{name}_cmd" if name == "import" else name
+    return importlib.import_module(f"tinylm.cli.commands.{module}")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its mistakes as one line (`tinylm: error: generate: argument --seed: ...`), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.partition(" ")[2]
+        raise UsageError(f"{command + ': ' if command else ''}{message} (see {self.prog} --help)")
+
+
+class UsageError(TinyLMError):
+    """A command line argparse refused: exit status 2, as argparse's own."""
+
+
+def _built_module(name: str) -> ModuleType | None:
+    """A command's module, or None for a stage not built yet."""
+    try:
+        return _command_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("tinylm.cli.commands"):
+            return None
+        raise
+
+
+def _available_modules() -> dict[str, ModuleType]:
+    return {name: module for name in COMMANDS if (module := _built_module(name)) is not None}
+
+
+def _fill(parser: argparse.ArgumentParser, module: ModuleType) -> argparse.ArgumentParser:
+    parser.add_argument("--config", metavar="FILE", help="read options from a TOML or JSON file")
+    module.add_arguments(parser)
+    parser.set_defaults(_run=module.run)
+    return parser
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The `tinylm` parser and one sub-parser per command."""
+    parser = OneLineParser(prog="tinylm", description="Train language models from scratch.")
+    parser.add_argument("--version", action="version", version="tinylm 0.1.0")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = {name: _fill(sub.add_parser(name, help=module.HELP, description=module.__doc__,
+                                             formatter_class=argparse.RawDescriptionHelpFormatter), module)
+                  for name, module in _available_modules().items()}
+    return parser, subparsers
+
+
+def command_parser(name: str) -> argparse.ArgumentParser | None:
+    """The parser of one command alone, as `build_parser` makes it, without building the others."""
+    module = _built_module(name) if name in COMMANDS else None
+    if module is None:
+        return None
+    return _fill(OneLineParser(prog=f"tinylm {name}", description=module.__doc__,
+                               formatter_class=argparse.RawDescriptionHelpFormatter), module)
+
+
+def parse_command_line(argv: list[str]) -> argparse.Namespace:
+    """The options of one command: `--config FILE` first (through the flags' own checks), then the flags."""
+    parser = command_parser(argv[0]) if argv else None
+    if parser is None:
+        return build_parser()[0].parse_args(argv)  # --help, --version, an unknown command: argparse's answers
+    command, rest = argv[0], argv[1:]
+    namespace = argparse.Namespace(command=command)
+    config = _config_path(parser, rest)
+    if config:
+        apply_options(parser, load_options_file(config), config, namespace)
+    return parser.parse_args(rest, namespace=namespace)
+
+
+def _config_path(parser: argparse.ArgumentParser, args: list[str]) -> str | None:
+    """--config's value (or an abbreviation's), found before the options the file may supply are required."""
+    required = [action for action in parser._actions if action.required]
+    for action in required:
+        action.required = False
+    try:
+        known, _ = parser.parse_known_args(args)
+    finally:
+        for action in required:
+            action.required = True
+    return known.config
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parse_command_line(argv)
+        if not getattr(args, "_run", None):
+            build_parser()[0].print_help()
+            return 2
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()  # a reader that went away shows up here at the latest
+        return code
+    except BrokenPipeError:
+        silence_closed_stdout()
+        return CLOSED_PIPE_EXIT
+    except KeyboardInterrupt:
+        print("tinylm: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        message = user_message(exc)
+        if message is None:
+            raise
+        print(f"{error_prefix()}{message}", file=sys.stderr)
+        return 2 if isinstance(exc, UsageError) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

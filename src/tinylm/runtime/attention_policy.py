@@ -1,0 +1,170 @@
+"""`--attention auto|sdpa|blockwise`: which kernel computes causal attention in training, chosen by measuring.
+
+`F.scaled_dot_product_attention` is the right kernel on a GPU. On a CPU its flash kernel can lose to
+plain matrix products over blocks of queries (`models/modern/blockwise_attention.py`) by 2x in bf16,
+or beat them in float32: the answer depends on the CPU, the head shape, the sequence length and the
+dtype. `auto` therefore times the model's own attention layer (projections, RoPE, attention, forward
+and backward) at the run's shape and dtype with each kernel, alternating, and takes the blockwise
+kernel only when its best pass beats SDPA's by `BLOCKWISE_MARGIN`. The result is cached per machine
+and shape (`runtime/measure_cache.py`), so it is paid once. The timing is eager: compiled, the blockwise
+kernel's mask, softmax and casts fuse into one loop and it gained more than SDPA in every shape
+measured (docs/pipeline/precision.md), so an eager win carries over.
+
+Both kernels compute the same function (tests/test_blockwise_attention.py): the choice moves float
+rounding, never the model. In bf16 that rounding is coarser with the blockwise kernel (its scores are
+rounded to bf16, as in `transformers`' eager attention; SDPA's flash kernel keeps them in float32), so
+the header says so, and `--attention sdpa` keeps the more accurate kernel whatever the speed. A
+resumed run keeps the kernel it started with, so resume stays bit-exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from tinylm.errors import TinyLMError
+from tinylm.models.modern.attention import ATTENTION_KERNELS, Attention
+from tinylm.models.modern.blockwise_attention import query_blocks
+from tinylm.runtime.agreed import decided_on_rank0
+from tinylm.runtime.measure_cache import best_of_alternating, config_digest, load_numbers, store_entry
+from tinylm.runtime.precision import calibration_rows
+
+if TYPE_CHECKING:
+    from tinylm.config import ModelConfig
+
+ATTENTION_MODES: tuple[str, ...] = ("auto", *ATTENTION_KERNELS)
+CACHE_KIND = "attention"
+BLOCKWISE_MARGIN = 1.05  # below this the two are a tie, and SDPA (one fused kernel, less memory) is kept
+CALIBRATION_TOKENS = 4096  # rows x seq_len of a calibration pass, at most
+CALIBRATION_REPEATS = 5
+CALIBRATION_BUDGET_S = 3.0  # no new pair starts after this: a slow machine gets fewer repeats, not a long wait
+
+
+@dataclass(frozen=True)
+class AttentionChoice:
+    """The attention kernel of a run and why, in one line for the run header."""
+
+    kernel: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class AttentionTiming:
+    """Best seconds of one forward + backward of the attention layer with each kernel."""
+
+    sdpa_s: float
+    blockwise_s: float
+    wall_s: float = 0.0  # what the measurement took (0 when it came from the cache)
+    cached: bool = False
+    kept: bool = True  # False: measured on a busy machine (or an unwritable home), not stored
+
+    @property
+    def ratio(self) -> float:
+        """> 1: the blockwise kernel is faster."""
+        return self.sdpa_s / max(self.blockwise_s, 1e-12)
+
+
+def has_blockwise_kernel(config: ModelConfig) -> bool:
+    return config.arch == "modern" and config.attention == "standard"
+
+
+def use_attention_kernel(model: nn.Module, kernel: str) -> None:
+    """Set every standard attention layer of `model` to `kernel` ("sdpa" or "blockwise")."""
+    if kernel not in ATTENTION_KERNELS:
+        raise ValueError(f"unknown attention kernel {kernel!r}")
+    for module in model.modules():
+        if isinstance(module, Attention):
+            module.kernel = kernel
+
+
+def attention_key(config: ModelConfig, rows: int, seq_len: int, dtype: torch.dtype) -> str:
+    digest = config_digest(config, exclude=("n_blocks", "gradient_checkpointing", "dropout"))
+    return (f"{config.n_head}h/{config.kv_heads}kv x {config.dim_per_head} {rows}x{seq_len} "
+            f"{str(dtype).removeprefix('torch.')} {digest}")
+
+
+def time_kernels(config: ModelConfig, rows: int, seq_len: int, dtype: torch.dtype, device: torch.device,
+                 repeats: int = CALIBRATION_REPEATS) -> AttentionTiming:
+    """Forward + backward of one attention layer of the model, SDPA and blockwise in alternation; best of each.
+
+    The random-number state is saved and restored, so measuring changes nothing a seeded run does.
+    """
+    from tinylm.models.modern.rope import RotaryEmbedding
+    from tinylm.runtime.device import autocast
+
+    cpu_rng = torch.get_rng_state()
+    began = time.perf_counter()
+    try:
+        torch.manual_seed(0)
+        layer = Attention(config.replace(dropout=0.0)).to(device).train()
+        rope = RotaryEmbedding(config.dim_per_head, seq_len, config.rope_theta).to(device)
+        cos, sin = rope(torch.arange(seq_len, device=device), torch.float32, upto=seq_len)
+        x = torch.randn(rows, seq_len, config.n_embed, device=device, requires_grad=True)
+
+        def timed(kernel: str) -> float:
+            layer.kernel = kernel
+            start = time.perf_counter()
+            with autocast(device, dtype):
+                y = layer(x, cos, sin, None, True)
+            y.float().sum().backward()
+            layer.zero_grad(set_to_none=True)
+            x.grad = None
+            return time.perf_counter() - start
+
+        sdpa, blockwise = best_of_alternating(lambda: timed("sdpa"), lambda: timed("blockwise"), repeats,
+                                              CALIBRATION_BUDGET_S, began)
+    finally:
+        torch.set_rng_state(cpu_rng)
+    return AttentionTiming(sdpa, blockwise, time.perf_counter() - began)
+
+
+def cached_timing(config: ModelConfig, batch_size: int, seq_len: int, dtype: torch.dtype,
+                  device: torch.device) -> AttentionTiming:
+    """The timing for this machine and shape: from the cache, or measured now and stored."""
+    rows = calibration_rows(batch_size, seq_len, CALIBRATION_TOKENS)
+    key = attention_key(config, rows, seq_len, dtype)
+    stored = load_numbers(CACHE_KIND, key, ("sdpa_s", "blockwise_s"))
+    if stored is not None:
+        return AttentionTiming(stored["sdpa_s"], stored["blockwise_s"], cached=True)
+    timing = time_kernels(config, rows, seq_len, dtype, device)
+    kept = store_entry(CACHE_KIND, key, {"sdpa_s": timing.sdpa_s, "blockwise_s": timing.blockwise_s})
+    return dataclasses.replace(timing, kept=kept)
+
+
+def decide(timing: AttentionTiming, dtype: torch.dtype) -> AttentionChoice:
+    how = "cached" if timing.cached else f"measured now in {timing.wall_s:.1f} s{'' if timing.kept else ', not cached'}"
+    if timing.ratio >= BLOCKWISE_MARGIN:
+        rounding = ", bf16 scores as in transformers' eager attention" if dtype == torch.bfloat16 else ""
+        return AttentionChoice("blockwise", f"blockwise causal{rounding}: the attention layer measured "
+                                            f"{timing.ratio:.2f}x faster than with SDPA ({how})")
+    return AttentionChoice("sdpa", f"sdpa: the blockwise kernel measured {timing.ratio:.2f}x of SDPA, below the "
+                                   f"{BLOCKWISE_MARGIN:.2f}x that pays ({how})")
+
+
+def choose_attention(requested: str, config: ModelConfig, batch_size: int, seq_len: int, dtype: torch.dtype,
+                     device: torch.device) -> AttentionChoice:
+    """The attention kernel of a training run and its reason; an explicit `--attention` always wins.
+
+    Under torchrun rank 0 measures and every rank takes its choice (`agreed.decided_on_rank0`).
+    """
+    if requested not in ATTENTION_MODES:
+        raise TinyLMError(f"unknown --attention {requested!r}: choose {', '.join(ATTENTION_MODES)}")
+    if not has_blockwise_kernel(config):
+        if requested == "blockwise":
+            raise TinyLMError("--attention blockwise needs the modern arch with standard attention "
+                              f"(this model: arch {config.arch}, attention {config.attention})")
+        return AttentionChoice("sdpa", "the model's own: the blockwise kernel is for the modern arch's standard "
+                                       "attention")
+    if requested != "auto":
+        return AttentionChoice(requested, f"{requested}: --attention {requested}, not measured")
+    if device.type != "cpu":
+        return AttentionChoice("sdpa", f"sdpa: its flash kernels are the fast path on {device.type}")
+    if len(query_blocks(seq_len)) == 1:
+        return AttentionChoice("sdpa", f"sdpa: rows of {seq_len} tokens are a single query block, with nothing "
+                                       "above the diagonal to skip (not measured)")
+    return decided_on_rank0(lambda: decide(cached_timing(config, batch_size, seq_len, dtype, device), dtype))

@@ -1,0 +1,261 @@
+"""What every post-training stage shares: it starts from a checkpoint and ends as a chat model.
+
+SFT, reward modelling, DPO and RL differ in their data and their loss. They all:
+
+- start from `--base`, any tinylm checkpoint or run folder (an imported model, an SFT run, a LoRA
+  run, which loads as its base with the adapters folded in);
+- speak the chat format: the base's tokenizer gets the chat tokens if it lacks them, and the model
+  grows mean-initialised rows for them (`vocab_growth.py`);
+- can train LoRA adapters instead of every weight (`lora.py`): the base is frozen, the checkpoints
+  hold the adapters alone (plus the embedding when chat tokens were added, which LoRA cannot reach)
+  and name their base, and the run's last checkpoint also gets a merged, self-contained copy;
+- record their lineage, their data spec and the chat template in every checkpoint.
+
+`PostTrainConfig` holds those options and `FromBaseStage` does those things, so a stage file holds
+only what makes that stage (its rows, its loss, its evaluation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tinylm.checkpoint import (
+    TOKENIZER,
+    checkpoint_model_config,
+    load_weights,
+    read_checkpoint_config,
+    read_weights,
+    resolve_checkpoint,
+)
+from tinylm.config import ModelConfig
+from tinylm.errors import TinyLMError
+from tinylm.models.factory import build_model
+from tinylm.runtime.rng import seed_everything
+from tinylm.train.config import TrainConfig
+from tinylm.train.stage import Stage, StageContext, lineage
+
+ON_ERROR = ("stop", "skip")
+
+
+@dataclass
+class PostTrainConfig(TrainConfig):
+    """TrainConfig plus the base, the data spec and LoRA, with post-training-sized defaults."""
+
+    base: str = ""  # the checkpoint (or run folder) to start from
+    data: str | None = "builtin:arith"  # a data spec: builtin:NAME, a JSONL file, hf:NAME
+    eval_data: str | None = None  # a held-out spec; default: the task's test split, or a share of the data
+    dev_fraction: float = 0.05  # share of a file's rows held out when there is no --eval-data
+    train_examples: int = 20_000  # problems generated for a builtin task
+    eval_examples: int = 200  # held-out problems of a builtin task (exact-match)
+    max_new_tokens: int = 32  # reply length limit when answering held-out problems
+    on_error: str = "stop"  # a malformed row: stop with file:line, or skip and count it
+    lora_rank: int = 0  # 0 = every weight trains
+    lora_alpha: float | None = None
+    lora_dropout: float = 0.0
+    lora_targets: str = "q,k,v,o,gate,up,down"
+    rslora: bool = False
+    max_steps: int = 300
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 10
+    eval_every: int = 100
+    checkpoint_every: int = 0
+    sample_tokens: int = 0
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.base:
+            raise TinyLMError("--base is required: the checkpoint or run folder to start from")
+        if not self.data:
+            raise TinyLMError("--data is required: builtin:arith, a JSONL file or hf:NAME")
+        if not 0 < self.dev_fraction < 1:
+            raise TinyLMError(f"--dev-fraction must be in (0, 1), got {self.dev_fraction}")
+        for name in ("train_examples", "eval_examples", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise TinyLMError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
+        if self.on_error not in ON_ERROR:
+            raise TinyLMError(f"--on-error must be stop or skip, got {self.on_error!r}")
+        if self.lora_rank < 0:
+            raise TinyLMError(f"--lora-rank must be > 0 (or 0 for full fine-tuning), got {self.lora_rank}")
+        if self.lora_rank:
+            self.lora_config().validate()
+
+    def lora_config(self) -> Any:
+        from tinylm.models.lora import LoraConfig, parse_targets
+
+        return LoraConfig(rank=self.lora_rank, alpha=self.lora_alpha, dropout=self.lora_dropout,
+                          targets=parse_targets(self.lora_targets), rslora=self.rslora)
+
+
+def held_out(item: Any, fraction: float) -> bool:
+    """A stable hash of a conversation or pair decides its split: the same one lands in the same split every run."""
+    digest = hashlib.blake2b(json.dumps(item, sort_keys=True).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") < fraction * 2**64
+
+
+class FromBaseStage(Stage):
+    """A stage that starts from `--base`; subclasses read their data in `setup_data` and give their loss."""
+
+    def setup(self, ctx: StageContext) -> None:
+        super().setup(ctx)
+        cfg: PostTrainConfig = ctx.cfg  # type: ignore[assignment]
+        self.base = resolve_checkpoint(cfg.base)  # a LoRA checkpoint loads as its base plus adapters
+        self._prepare_tokenizer(ctx)
+        self.seq_len = cfg.seq_len or self.mcfg.context_length
+        if self.seq_len > self.mcfg.context_length:
+            raise TinyLMError(f"--seq-len {self.seq_len} exceeds the model's context_length "
+                              f"{self.mcfg.context_length}")
+        self.report: list[str] = []
+        self.setup_data(cfg)
+        # read once: keep_last may prune the checkpoint this run resumed from
+        self.lineage = lineage(self.name, ctx.resume, self.base, self.data_spec(), ctx.run_dir)
+
+    def data_spec(self) -> str:
+        """What this stage learned from, for the lineage and config.json."""
+        return str(self.ctx.cfg.data)  # type: ignore[attr-defined]
+
+    def setup_data(self, cfg: PostTrainConfig) -> None:
+        """Read, render and lay out the stage's rows (and add lines for the run header to `self.report`)."""
+        raise NotImplementedError
+
+    def _prepare_tokenizer(self, ctx: StageContext) -> None:
+        """The base's tokenizer with the chat tokens (added if missing) and the model config that fits it."""
+        from tinylm.tokenizer import load_tokenizer
+        from tinylm.tokenizer.chat_format import ChatFormat
+        from tinylm.tokenizer.chat_tokens import with_chat_tokens
+
+        if not (self.base / TOKENIZER).is_file():
+            raise TinyLMError(f"base checkpoint {self.base} has no {TOKENIZER}: post-training needs the base's "
+                              "tokenizer")
+        base_tokenizer = load_tokenizer(self.base / TOKENIZER)
+        self.tokenizer, self.added_tokens = with_chat_tokens(base_tokenizer)
+        self.known_rows = base_tokenizer.n_vocab  # rows of tokens the base model has seen
+        self.chat = ChatFormat.from_tokenizer(self.tokenizer)
+        base_cfg = checkpoint_model_config(self.base)
+        if ctx.cfg.gradient_checkpointing:
+            base_cfg = base_cfg.replace(gradient_checkpointing=True)
+        self.base_config = base_cfg
+        self.mcfg = base_cfg.replace(vocab_size=max(base_cfg.vocab_size, self.tokenizer.n_vocab))
+        self.tokenizer_path = ctx.run_dir / TOKENIZER
+        if ctx.env.is_main:
+            ctx.run_dir.mkdir(parents=True, exist_ok=True)
+            self.tokenizer.save(self.tokenizer_path)
+        if self.added_tokens:
+            ctx.say(f"added the chat token(s) {', '.join(self.added_tokens)} to {base_tokenizer.name}: their "
+                    "embedding rows start at the mean of the known rows")
+
+    def model_config(self) -> ModelConfig:
+        return self.mcfg
+
+    def describe(self) -> list[str]:
+        cfg: PostTrainConfig = self.ctx.cfg  # type: ignore[assignment]
+        lines = [f"base: {self.base}", f"data: {cfg.data}", *self.report]
+        if cfg.lora_rank:
+            lines.append(f"LoRA: rank {cfg.lora_rank}, targets {cfg.lora_targets}: "
+                         f"{self.trainable:,} trainable parameters of {self.total:,}")
+        return lines
+
+    def run_name(self, cfg: TrainConfig) -> tuple[str, str]:
+        """runs/<base run>-<stage> by default: the base run's folder name, whichever checkpoint of it was given."""
+        path = Path(cfg.base).resolve()  # type: ignore[attr-defined]
+        run = path.parent.parent if path.parent.name == "checkpoints" else path
+        return run.name or "base", self.name
+
+    # ---- the model -----------------------------------------------------------------------------
+    def build_model(self) -> nn.Module:
+        """The base with room for the chat tokens, LoRA adapters if asked, and a resumed run's weights."""
+        from tinylm.models.vocab_growth import init_token_rows
+
+        cfg: PostTrainConfig = self.ctx.cfg  # type: ignore[assignment]
+        seed_everything(cfg.seed)  # the same adapter initialisation on every rank and every resume
+        model = build_model(self.base_config)
+        load_weights(model, self.base)
+        added_ids = [self.tokenizer.token_to_id(t) for t in self.added_tokens]
+        init_token_rows(model, [i for i in added_ids if i is not None], self.known_rows)
+        model.config = self.mcfg  # gradient checkpointing and the grown vocabulary
+        if cfg.lora_rank:
+            from tinylm.models.lora import apply_lora
+
+            apply_lora(model, cfg.lora_config())
+            for name in self._trained_whole(model):  # the added tokens' rows must learn: LoRA cannot reach them
+                model.get_parameter(name).requires_grad_(True)
+        if self.ctx.resume is not None:
+            self._load_resume(model, self.ctx.resume)
+        self.policy = model  # the language model (a stage may wrap it, e.g. PPO's value head)
+        self.trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        self.total = sum(p.numel() for p in model.parameters())
+        return model
+
+    def _trained_whole(self, model: nn.Module) -> list[str]:
+        """Under LoRA, the embedding (and an untied head) when chat tokens were added: their new rows start at
+        the mean and only training moves them, so these matrices train whole and are saved with the adapters."""
+        if not self.added_tokens:
+            return []
+        names = ["token_embed.weight"]
+        if model.lm_head.weight is not model.token_embed.weight:
+            names.append("lm_head.weight")
+        return names
+
+    def _load_resume(self, model: nn.Module, resume: Path) -> None:
+        if not self.ctx.cfg.lora_rank:  # type: ignore[attr-defined]
+            load_weights(model, resume)
+            return
+        from tinylm.models.lora import load_lora_state_dict
+
+        stored = read_weights(resume)
+        whole = self._trained_whole(model)
+        load_lora_state_dict(model, {k: v for k, v in stored.items() if k not in whole})
+        with torch.no_grad():
+            for name in whole:
+                model.get_parameter(name).copy_(stored[name])
+
+    def checkpoint_weights(self, model: nn.Module, gathered: dict[str, torch.Tensor] | None
+                           ) -> dict[str, torch.Tensor] | None:
+        if not self.ctx.cfg.lora_rank:  # type: ignore[attr-defined]
+            return gathered
+        from tinylm.models.lora import lora_state_dict
+
+        # adapter-only (the base is named in config.json), plus matrices trained whole
+        policy = self.policy
+        return {**lora_state_dict(policy), **{n: policy.get_parameter(n).detach() for n in self._trained_whole(policy)}}
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def tokenizer_file(self) -> Path | None:
+        return self.tokenizer_path
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        cfg: PostTrainConfig = self.ctx.cfg  # type: ignore[assignment]
+        meta: dict[str, Any] = {"stage": self.name, "data": self.data_spec(), "base": str(self.base),
+                                "chat_template": self.chat.jinja_template(), "lineage": self.lineage}
+        if cfg.lora_rank:
+            lora = cfg.lora_config()
+            meta["adapter"] = {"lora": lora.to_dict(), "scale": lora.scale, "base": str(self.base),
+                               "added_tokens": self.added_tokens, "trained_whole": self._trained_whole(self.policy)}
+        return meta
+
+    def finish(self, model: nn.Module, checkpoint: Path | None) -> str | None:
+        if checkpoint is not None and self.ctx.cfg.lora_rank:  # type: ignore[attr-defined]
+            self.ctx.say(f"merged copy (base + adapters, loadable without the base): "
+                         f"{save_merged(checkpoint, self.policy)}")
+        return None
+
+
+def save_merged(adapter_checkpoint: Path, model: nn.Module) -> Path:
+    """RUN/merged/checkpoints/step_N: the adapter checkpoint's model with the adapters folded in, self-contained."""
+    from tinylm.checkpoint import adapter_weights, save_checkpoint
+
+    info = read_checkpoint_config(adapter_checkpoint)
+    adapter = info.pop("adapter")
+    meta = {k: v for k, v in info.items() if k not in ("format", "version", "step", "model")}
+    meta["merged_from"] = str(adapter_checkpoint)
+    return save_checkpoint(adapter_checkpoint.parent.parent / "merged", int(info["step"]), model,
+                           checkpoint_model_config(adapter_checkpoint),
+                           state_dict=adapter_weights(adapter_checkpoint, adapter),
+                           tokenizer_file=adapter_checkpoint / TOKENIZER, meta=meta)

@@ -1,0 +1,157 @@
+"""Preference data from a spec: pairs (prompt, chosen answer, rejected answer) or unpaired labelled answers.
+
+A JSONL file may mix these layouts, detected row by row:
+
+    {"prompt": "2+2?", "chosen": "4", "rejected": "5"}                                   text
+    {"prompt": [messages], "chosen": [assistant message], "rejected": [...]}             message lists (trl)
+    {"prompt": "...", "chosen": [user, assistant], "rejected": [user, assistant]}        UltraFeedback-binarized
+    {"chosen": "\\n\\nHuman: ... \\n\\nAssistant: ...", "rejected": "..."}                    HH-RLHF transcripts
+    {"prompt": "...", "completion": "...", "label": true}                                 unpaired (KTO)
+
+In every layout the answer is the last assistant message and everything before it is the prompt,
+which both sides must share (UltraFeedback and HH-RLHF repeat it inside each side; it is split off
+here). A pair whose chosen or rejected answer is empty, or whose two answers are identical, teaches
+nothing and is refused like any malformed row: "FILE:LINE: reason" (`on_error="stop"`) or skipped
+and counted (`on_error="skip"`). `builtin:TASK` generates verified pairs (tasks/preference_pairs.py),
+`hf:NAME[:split]` reads through `datasets` with the same row mapping.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tinylm.errors import TinyLMError
+from tinylm.stages.sft.data import HF_PREFIX, ON_ERROR, RowError, _checked, _hf_rows, _jsonl_rows, collect_rows
+from tinylm.tasks.registry import PREFIX as BUILTIN_PREFIX
+
+Message = dict[str, str]
+BUILTIN_DEFAULT_PAIRS = 2_000
+_HH_TURN = re.compile(r"\n\n(Human|Assistant): ")
+
+
+@dataclass(frozen=True)
+class PreferenceRow:
+    """A prompt (messages ending with a user turn) and its answers; one side is None in an unpaired row."""
+
+    prompt: tuple[Message, ...]
+    chosen: str | None
+    rejected: str | None
+
+    @property
+    def paired(self) -> bool:
+        return self.chosen is not None and self.rejected is not None
+
+
+@dataclass
+class PreferenceData:
+    spec: str
+    rows: list[PreferenceRow]
+    skipped: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def unpaired(self) -> int:
+        return sum(not row.paired for row in self.rows)
+
+
+def _prompt_messages(prompt: Any) -> list[Message]:
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if isinstance(prompt, list) and prompt:  # checked as SFT checks messages (which wants an assistant turn)
+        return _checked([*prompt, {"role": "assistant", "content": ""}])[:-1]
+    raise RowError("'prompt' must be a string or a non-empty list of messages")
+
+
+def _split_side(side: Any, name: str) -> tuple[list[Message], str]:
+    """(the messages before the answer, the answer) of one side given as text or as a message list."""
+    if isinstance(side, str):
+        return [], side
+    if not isinstance(side, list) or not side:
+        raise RowError(f"'{name}' must be a string or a non-empty list of messages")
+    messages = _checked(side)
+    if messages[-1]["role"] != "assistant":
+        raise RowError(f"'{name}' must end with an assistant message")
+    return messages[:-1], messages[-1]["content"]
+
+
+def _hh_transcript(text: Any, name: str) -> tuple[list[Message], str]:
+    """An HH-RLHF side ("\\n\\nHuman: ...\\n\\nAssistant: ...") as (prompt messages, final answer)."""
+    if not isinstance(text, str):
+        raise RowError(f"'{name}' must be an HH-RLHF transcript string")
+    parts = _HH_TURN.split(text)
+    if len(parts) < 5 or parts[0].strip() or parts[-2] != "Assistant":
+        raise RowError(f"'{name}' is not an HH-RLHF transcript (\\n\\nHuman: ... \\n\\nAssistant: ...)")
+    roles = {"Human": "user", "Assistant": "assistant"}
+    messages = [{"role": roles[who], "content": said} for who, said in zip(parts[1::2], parts[2::2])]
+    return messages[:-1], messages[-1]["content"]
+
+
+def _answer(text: str, name: str) -> str:
+    if not text.strip():
+        raise RowError(f"the {name} answer is empty")
+    return text
+
+
+def row_from_json(row: Any) -> PreferenceRow:
+    """One JSON row in any layout above as a checked PreferenceRow; RowError says what is wrong."""
+    if not isinstance(row, dict):
+        raise RowError(f"expected a JSON object, got {type(row).__name__}")
+    if "completion" in row and "label" in row:
+        if not isinstance(row["label"], bool):
+            raise RowError("'label' must be true (desirable) or false (undesirable)")
+        if not isinstance(row["completion"], str):
+            raise RowError("'completion' must be a string")
+        answer = _answer(row["completion"], "completion")
+        prompt = _prompt_messages(row.get("prompt"))
+        return PreferenceRow(tuple(prompt), answer if row["label"] else None, None if row["label"] else answer)
+    if "chosen" not in row or "rejected" not in row:
+        raise RowError(f"unknown row shape with keys {sorted(row)} (expected prompt/chosen/rejected, "
+                       "chosen/rejected transcripts, or prompt/completion/label)")
+    if "prompt" not in row:  # HH-RLHF: each side is the whole transcript
+        (before_w, chosen), (before_l, rejected) = (_hh_transcript(row[k], k) for k in ("chosen", "rejected"))
+    else:
+        (before_w, chosen), (before_l, rejected) = (_split_side(row[k], k) for k in ("chosen", "rejected"))
+    if before_w != before_l:
+        raise RowError("chosen and rejected do not share the same prompt messages")
+    prompt = before_w if "prompt" not in row else _prompt_messages(row["prompt"])
+    if before_w and "prompt" in row and before_w != prompt:  # UltraFeedback repeats the prompt in each side
+        if before_w[-len(prompt):] != prompt:
+            raise RowError("the messages inside chosen do not end with the prompt")
+        prompt = before_w
+    if not prompt or prompt[-1]["role"] != "user":
+        raise RowError("the prompt must end with a user message")
+    chosen, rejected = _answer(chosen, "chosen"), _answer(rejected, "rejected")
+    if chosen == rejected:
+        raise RowError("chosen and rejected are identical: the pair prefers nothing")
+    return PreferenceRow(tuple(prompt), chosen, rejected)
+
+
+def _collect(spec: str, rows: Iterable[tuple[str, Any]], on_error: str, limit: int | None) -> PreferenceData:
+    pairs, skipped = collect_rows(rows, row_from_json, on_error, limit)
+    return PreferenceData(spec, pairs, skipped)
+
+
+def load_preferences(spec: str, split: str = "train", *, seed: int = 0, limit: int | None = None,
+                     on_error: str = "stop") -> PreferenceData:
+    """The preference rows a data spec names (`split` picks a builtin task's split or the default hf: split)."""
+    if on_error not in ON_ERROR:
+        raise TinyLMError(f"on_error={on_error!r}: choose 'stop' or 'skip'")
+    if spec.startswith(BUILTIN_PREFIX):
+        from tinylm.tasks.preference_pairs import preference_pairs
+
+        pairs = preference_pairs(spec, split, limit or BUILTIN_DEFAULT_PAIRS, seed)
+        loaded = PreferenceData(spec, [PreferenceRow(tuple(p.example.prompt), p.chosen, p.rejected) for p in pairs])
+    elif spec.startswith(HF_PREFIX):
+        loaded = _collect(spec, _hf_rows(spec, split), on_error, limit)
+    else:
+        loaded = _collect(spec, _jsonl_rows(Path(spec)), on_error, limit)
+    if not loaded.rows:
+        skipped = f" ({len(loaded.skipped)} rows skipped, first: {loaded.skipped[0]})" if loaded.skipped else ""
+        raise TinyLMError(f"{spec}: no preference pairs to train on{skipped}")
+    return loaded

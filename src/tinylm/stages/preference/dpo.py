@@ -1,0 +1,237 @@
+"""Preference tuning with the DPO family as a stage: learn from pairs directly, no reward model.
+
+Each step reads a batch of pairs, computes the answers' log-probs under the policy in one concatenated
+forward (stages/preference/sequence_logprobs.py), takes the reference's from the cache, the adapters-off base
+or a frozen copy (stages/preference/reference.py), and sums the chosen loss over the pairs
+(stages/preference/losses.py); the engine divides by the step's pairs. KTO's reference point z_0 is
+the whole step's, computed in `begin_step` before the first backward (stages/preference/kto_step.py), so
+accumulation and torchrun equal one big batch for it too. Logged each step, as means
+per pair: the implicit rewards of both sides, their margin, the share of pairs whose chosen reward is
+higher (accuracy), and the policy log-probs. Evaluation: the same on held-out pairs, and for built-in
+tasks the verifier's exact-match with greedy decoding, before the first step and every --eval-every.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tinylm.checkpoint import TOKENIZER, checkpoint_model_config, load_weights, resolve_checkpoint
+from tinylm.errors import TinyLMError
+from tinylm.models.factory import build_model
+from tinylm.runtime.device import autocast
+from tinylm.stages.preference.data import PreferenceRow
+from tinylm.stages.preference.kto_step import REFERENCE_POINT, step_reference_point
+from tinylm.stages.preference.losses import LossSpec, PairLogps, PairLoss, pair_loss, resolve
+from tinylm.stages.preference.pair_stage import PairStage, PreferenceConfig
+from tinylm.stages.preference.reference import (
+    MODES,
+    adapters_disabled,
+    cache_reference_logprobs,
+    reference_logprobs,
+)
+from tinylm.stages.preference.sequence_logprobs import pair_logprobs
+from tinylm.train.stage import Batch, StageContext, StageLoss
+
+HYPER_PARAMETERS = ("beta", "gamma", "lam", "label_smoothing", "desirable_weight", "undesirable_weight")
+# held-out means: the loss, the implicit-reward accuracy and margin, and the share of pairs whose chosen answer
+# the policy itself finds likelier (log pi(y_w|x) > log pi(y_l|x)), meaningful before any step too
+EVAL_SUMS = ("loss", "accuracy", "margin", "logp_accuracy")
+
+
+@dataclass
+class DPOConfig(PreferenceConfig):
+    loss: str = "dpo"  # see preference_losses.LOSSES
+    beta: float | None = None  # None: the loss's published default
+    gamma: float | None = None  # SimPO's target margin
+    lam: float | None = None  # CPO's and RPO's NLL weight, ORPO's odds-ratio weight
+    label_smoothing: float | None = None  # cDPO / robust DPO flip rate
+    desirable_weight: float | None = None  # KTO
+    undesirable_weight: float | None = None
+    ref: str | None = None  # the reference checkpoint; default: the base
+    reference: str = "auto"  # auto (cached, or adapters with LoRA), cached, copy, adapters
+
+    def validate(self) -> None:
+        super().validate()
+        self.loss_spec()
+        if self.reference not in ("auto", *MODES):
+            raise TinyLMError(f"--reference must be auto, {', '.join(MODES)}; got {self.reference!r}")
+        if self.reference == "adapters" and not self.lora_rank:
+            raise TinyLMError("--reference adapters needs LoRA (--lora-rank R): without adapters there is no base "
+                              "to fall back to")
+        if self.reference == "adapters" and self.ref:
+            raise TinyLMError("--reference adapters uses the base itself as the reference: drop --ref or choose "
+                              "--reference cached")
+
+    def loss_spec(self) -> tuple[LossSpec, dict[str, float]]:
+        return resolve(self.loss, **{name: getattr(self, name) for name in HYPER_PARAMETERS})
+
+    def reference_mode(self) -> str | None:
+        """None for a reference-free loss; else the way pi_ref is computed."""
+        if not self.loss_spec()[0].needs_reference:
+            return None
+        if self.reference != "auto":
+            return self.reference
+        return "adapters" if self.lora_rank and not self.ref else "cached"
+
+
+class DPOStage(PairStage):
+    name = "dpo"
+    evaluate_at_start = True
+
+    def setup(self, ctx: StageContext) -> None:
+        cfg: DPOConfig = ctx.cfg  # type: ignore[assignment]
+        self.spec, self.params = cfg.loss_spec()
+        self.mode = cfg.reference_mode()
+        super().setup(ctx)
+        self.ref_path = self._reference_checkpoint(cfg) if self.mode is not None else None
+        if self.mode == "adapters" and self.added_tokens:
+            raise TinyLMError(f"{self.base} lacks the chat tokens, so under LoRA its embedding trains whole and the "
+                              "adapters-off model is no longer the reference: use --reference cached")
+
+    def check_rows(self, rows: list[PreferenceRow], spec: str) -> None:
+        if not self.spec.unpaired:
+            super().check_rows(rows, spec)
+
+    def _reference_checkpoint(self, cfg: DPOConfig) -> Path:
+        """--ref (checked to share the policy's vocabulary and tokenizer), or the base."""
+        if not cfg.ref:
+            return self.base
+        path = resolve_checkpoint(cfg.ref)
+        ref_vocab = checkpoint_model_config(path).vocab_size
+        same_tokenizer = (path / TOKENIZER).is_file() and \
+            (path / TOKENIZER).read_bytes() == (self.base / TOKENIZER).read_bytes()
+        if ref_vocab != self.mcfg.vocab_size or not same_tokenizer:
+            raise TinyLMError(f"reference {path} does not match the policy's vocabulary (vocab_size {ref_vocab} vs "
+                              f"{self.mcfg.vocab_size}{'' if same_tokenizer else ', another tokenizer'})")
+        return path
+
+    # ---- the model and its reference --------------------------------------------------------------
+    def build_model(self) -> nn.Module:
+        """The policy (FromBaseStage's), and pi_ref as the mode says: cached log-probs or a frozen copy."""
+        model = super().build_model()
+        ctx = self.ctx
+        if self.mode == "cached":  # once, before any update: the reference's log-probs of every pair
+            reference = self._reference_model().to(ctx.device)
+            for rows in (self.train_rows, self.dev_rows):
+                rows.tensors = cache_reference_logprobs(reference, rows.tensors, 4 * ctx.cfg.batch_size, ctx.device,
+                                                        ctx.dtype)
+            del reference  # nothing of it stays in memory but two numbers per pair
+        elif self.mode == "copy":
+            self.reference = self._reference_model().requires_grad_(False).eval().to(ctx.device)
+        self.make_loader()
+        return model
+
+    def _reference_model(self) -> nn.Module:
+        """--ref, or the starting model: the base's weights with the chat rows (never a resumed run's weights)."""
+        from tinylm.models.vocab_growth import init_token_rows
+
+        assert self.ref_path is not None
+        if self.ref_path != self.base:
+            reference = build_model(checkpoint_model_config(self.ref_path))
+            load_weights(reference, self.ref_path)
+            return reference
+        reference = build_model(self.base_config)
+        load_weights(reference, self.base)
+        added_ids = [self.tokenizer.token_to_id(t) for t in self.added_tokens]
+        init_token_rows(reference, [i for i in added_ids if i is not None], self.known_rows)
+        reference.config = self.mcfg
+        return reference
+
+    def reference_batch(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
+        if self.mode is None:
+            return None, None
+        if self.mode == "cached" or "ref_chosen" in batch:  # cached, or kept by KTO's pre-pass (begin_step)
+            return batch["ref_chosen"], batch["ref_rejected"]
+        if self.mode == "copy":
+            return reference_logprobs(self.reference, batch)
+        with adapters_disabled(self.policy):
+            return reference_logprobs(self.policy, batch)
+
+    # ---- loss -------------------------------------------------------------------------------------
+    def pair_logps(self, model: nn.Module, batch: Batch) -> PairLogps:
+        chosen, rejected, n_chosen, n_rejected = pair_logprobs(model, batch)
+        ref_chosen, ref_rejected = self.reference_batch(batch)
+        return PairLogps(chosen, rejected, n_chosen, n_rejected, ref_chosen, ref_rejected,
+                         batch["chosen_present"], batch["rejected_present"])
+
+    def pair_losses(self, model: nn.Module, batch: Batch) -> tuple[PairLoss, PairLogps]:
+        """The chosen loss of each pair; KTO reads the z_0 its batch carries (the step's), if any."""
+        p = self.pair_logps(model, batch)
+        params = self.params if REFERENCE_POINT not in batch else {**self.params, "reference_point":
+                                                                   batch[REFERENCE_POINT]}
+        return pair_loss(self.ctx.cfg.loss, p, params), p  # type: ignore[attr-defined]
+
+    def begin_step(self, model: nn.Module, batches: list[Batch]) -> None:
+        """KTO: the step's z_0 over all its micro-batches and ranks, given to each (stages/preference/kto_step.py)."""
+        if self.ctx.cfg.loss != "kto":  # type: ignore[attr-defined]
+            return
+        z0 = step_reference_point(model, batches, self._logps_keeping_reference, self.ctx.env, self.ctx.device,
+                                  self.ctx.dtype)
+        for batch in batches:
+            batch[REFERENCE_POINT] = z0
+
+    def _logps_keeping_reference(self, model: nn.Module, batch: Batch) -> PairLogps:
+        p = self.pair_logps(model, batch)
+        batch["ref_chosen"], batch["ref_rejected"] = p.ref_chosen, p.ref_rejected  # pi_ref is frozen: reuse
+        return p
+
+    def loss(self, model: nn.Module, batch: Batch) -> StageLoss:
+        out, p = self.pair_losses(model, batch)
+        margin = out.chosen_rewards - out.rejected_rewards
+        metrics = {"reward_chosen": out.chosen_rewards.sum(), "reward_rejected": out.rejected_rewards.sum(),
+                   "reward_margin": margin.sum(), "reward_accuracy": (margin > 0).float().sum(),
+                   "logp_chosen": p.chosen.detach().sum(), "logp_rejected": p.rejected.detach().sum()}
+        if REFERENCE_POINT in batch:  # logged as the step's z_0 (a sum over pairs, like every metric)
+            metrics["kto_z0"] = batch[REFERENCE_POINT] * len(p.chosen)
+        return StageLoss(out.losses.sum(), metrics)
+
+    # ---- evaluation -------------------------------------------------------------------------------
+    def held_out_scores(self, model: nn.Module) -> dict[str, float]:
+        """Means over the held-out pairs of EVAL_SUMS (preference accuracy: implicit reward margin > 0); KTO's z_0
+        is the whole held-out set's, so the held-out loss does not depend on the batch size or ranks either."""
+        shared: dict[str, torch.Tensor] = {}
+        if self.ctx.cfg.loss == "kto":  # type: ignore[attr-defined]
+            shared[REFERENCE_POINT] = step_reference_point(model, self.dev_batches(), self.pair_logps,
+                                                           self.ctx.env, self.ctx.device, self.ctx.dtype)
+
+        def sums(model: nn.Module, batch: Batch) -> list[torch.Tensor]:
+            out, p = self.pair_losses(model, {**batch, **shared})
+            margin = out.chosen_rewards - out.rejected_rewards
+            return [out.losses.sum(), (margin > 0).sum(), margin.sum(), (p.chosen > p.rejected).sum()]
+
+        return self.held_out_means(model, EVAL_SUMS, sums)
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        result = self.held_out_scores(model)
+        if self.task is not None and self.eval_problems and self.ctx.env.is_main and not self.ctx.cfg.fsdp:
+            from tinylm.evaluate.exact_match import exact_match
+
+            cfg: DPOConfig = self.ctx.cfg  # type: ignore[assignment]
+            with autocast(self.ctx.device, self.ctx.dtype):
+                score = exact_match(model, self.chat, self.task, self.eval_problems, cfg.max_new_tokens)
+            result["exact_match"] = score.accuracy
+            self.last_samples = score.samples
+        return result
+
+    def describe(self) -> list[str]:
+        cfg: DPOConfig = self.ctx.cfg  # type: ignore[assignment]
+        params = ", ".join(f"{k} {v:g}" for k, v in self.params.items())
+        reference = "none (reference-free)" if self.mode is None else f"{self.mode} ({self.ref_path})"
+        return [*super().describe(), f"loss: {cfg.loss} ({params}; {self.spec.paper})", f"reference: {reference}"]
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        cfg: DPOConfig = self.ctx.cfg  # type: ignore[assignment]
+        return {**super().checkpoint_meta(), "preference_loss": {"name": cfg.loss, **self.params},
+                "reference": str(self.ref_path) if self.ref_path else None}
+
+    def finish(self, model: nn.Module, checkpoint: Path | None) -> str | None:
+        super().finish(model, checkpoint)  # a LoRA run's merged copy
+        samples = getattr(self, "last_samples", None)
+        if not samples:
+            return None
+        return "\n".join(f"{'ok ' if ok else 'bad'} {prompt!r} -> {reply!r}" for prompt, reply, ok in samples)

@@ -1,0 +1,127 @@
+"""Pretraining as a stage: random windows of a token shard, next-token cross-entropy, dev bits per byte.
+
+The first stage of every model and the simplest: the batches are `BatchLoader` windows (batch k is a
+pure function of the seed and k, so the data position is one integer), every target counts, and the
+evaluation is the dev shard's loss and bits per byte. At the end it prints a short sample.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tinylm.checkpoint import TOKENIZER, checkpoint_model_config, load_weights
+from tinylm.config import ModelConfig
+from tinylm.errors import TinyLMError
+from tinylm.evaluate.dev_loss import bits_per_byte, evaluate
+from tinylm.models.factory import build_model
+from tinylm.runtime.device import autocast
+from tinylm.runtime.rng import seed_everything
+from tinylm.stages.pretrain.data import resolve_data_dir
+from tinylm.train.stage import Batch, Stage, StageContext, StageLoss, lineage
+
+
+class PretrainStage(Stage):
+    name = "pretrain"
+    constant_weight = True
+
+    def __init__(self, model_config: ModelConfig | None = None) -> None:
+        self.requested_model = model_config  # an exact model instead of the config's preset
+
+    # ---- setup ---------------------------------------------------------------------------------
+    def setup(self, ctx: StageContext) -> None:
+        super().setup(ctx)
+        cfg = ctx.cfg
+        mcfg = self.requested_model or cfg.model_config()
+        if ctx.start_from is not None:  # weights only (e.g. `tinylm import`): its model, a fresh optimizer
+            mcfg = checkpoint_model_config(ctx.start_from)
+            ctx.say(f"{ctx.start_from} holds weights only: training them from step 0 with a fresh optimizer "
+                    "(model config taken from the checkpoint)")
+        if cfg.gradient_checkpointing and not mcfg.gradient_checkpointing:
+            mcfg = mcfg.replace(gradient_checkpointing=True)
+        self.mcfg = mcfg
+        self.seq_len = cfg.seq_len or mcfg.context_length
+        if self.seq_len > mcfg.context_length:
+            raise TinyLMError(f"--seq-len {self.seq_len} exceeds the model's context_length {mcfg.context_length}")
+        # the data is checked (or prepared) before the model is built: a mismatch fails in a second
+        self.data_dir = resolve_data_dir(cfg.data, mcfg, ctx.env, progress=cfg.progress)
+
+        from tinylm.data.loader import BatchLoader, iter_sequential
+        from tinylm.data.shards import read_sidecar
+
+        env = ctx.env
+        self.loader = BatchLoader(self.data_dir / "train.bin", cfg.batch_size, self.seq_len, seed=cfg.seed,
+                                  rank=env.rank, world_size=env.world_size, device=str(ctx.device))
+        # eval_batches global batches (batch_size x world_size rows each): the same dev rows whatever the
+        # number of processes; each rank takes every world_size-th micro-batch, an equal share
+        dev = list(iter_sequential(self.data_dir / "dev.bin", cfg.batch_size, self.seq_len,
+                                   max_batches=cfg.eval_batches * env.world_size))
+        if len(dev) >= env.world_size:
+            usable = len(dev) - len(dev) % env.world_size
+            dev = dev[env.rank:usable:env.world_size]
+        self.dev_batches = dev
+        sidecar = read_sidecar(self.data_dir, "dev")
+        self.dev_tokens, self.dev_bytes = int(sidecar["tokens"]), int(sidecar["bytes"])
+        # read once: keep_last may prune the checkpoint this run resumed from
+        self.lineage = lineage(self.name, ctx.resume, ctx.start_from, str(self.data_dir), ctx.run_dir)
+
+    def model_config(self) -> ModelConfig:
+        return self.mcfg
+
+    def build_model(self) -> nn.Module:
+        seed_everything(self.ctx.cfg.seed)  # identical initial weights on every rank
+        model = build_model(self.mcfg)
+        source = self.ctx.resume or self.ctx.start_from
+        if source is not None:
+            load_weights(model, source)
+        return model
+
+    def describe(self) -> list[str]:
+        return [f"data: {self.data_dir}"]
+
+    # ---- batches and loss ----------------------------------------------------------------------
+    def next_batch(self) -> Batch:
+        return self.loader.next_batch()
+
+    def batch_weight(self, batch: Batch) -> int:
+        return batch[1].numel()
+
+    def loss(self, model: nn.Module, batch: Batch) -> StageLoss:
+        x, y = batch
+        _, loss = model(x, y, return_logits=False)  # chunked loss: no full logits
+        return StageLoss(loss * y.numel(), {})
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state)  # batch k is a function of k: any world size continues
+
+    # ---- evaluation, checkpoints, the end ------------------------------------------------------
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        if not self.dev_batches:
+            return {}
+        loss = evaluate(model, self.dev_batches, self.ctx.device, self.ctx.dtype, self.ctx.env)
+        return {"dev_loss": loss, "dev_bpb": bits_per_byte(loss, self.dev_tokens, self.dev_bytes)}
+
+    def tokenizer_file(self) -> Path | None:
+        return self.data_dir / TOKENIZER
+
+    def checkpoint_meta(self) -> dict[str, Any]:
+        return {"stage": self.name, "data": str(self.data_dir), "lineage": self.lineage}
+
+    def finish(self, model: nn.Module, checkpoint: Path | None) -> str | None:
+        cfg = self.ctx.cfg
+        file = self.tokenizer_file()
+        if cfg.sample_tokens <= 0 or cfg.fsdp or file is None or not file.is_file():
+            return None  # a sharded model would need every rank in lockstep
+        from tinylm.stages.pretrain.sample import sample_text
+        from tinylm.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(file)
+        with autocast(self.ctx.device, self.ctx.dtype), torch.no_grad():
+            return sample_text(model, tokenizer, cfg.prompt, cfg.sample_tokens, cfg.temperature, cfg.top_k,
+                               seed=cfg.seed)

@@ -1,0 +1,1 @@
+"""tinylm.stages.sft."""

@@ -1,0 +1,175 @@
+"""Supervised fine-tuning (SFT) as a stage: learn the assistant's side of conversations.
+
+The base model continues text; SFT teaches it a turn structure. Each conversation is rendered by
+the chat format into ids and a loss mask (1 on assistant content and the end-of-turn token that
+closes it, so the model learns what to say *and* when to stop), packed several to a row, and the
+loss is the cross-entropy summed over masked-in targets only:
+
+    L = - sum_{t : mask_t = 1} log p(x_t | x_<t, same conversation)   /   #{t : mask_t = 1}
+
+where the division is by the step's whole count (`train/step.py`), so a long answer weighs as
+many tokens as it has. Everything else (schedule, accumulation, checkpoints, exact resume,
+torchrun) is the one engine's.
+
+Starting from the base, adding the chat tokens where they are missing, LoRA and the checkpoints'
+lineage are what every post-training stage shares (`stages/from_base.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from tinylm.data.packing import IGNORE
+from tinylm.errors import TinyLMError
+from tinylm.runtime.device import autocast
+from tinylm.stages.from_base import FromBaseStage, PostTrainConfig, held_out
+from tinylm.train.distributed import all_reduce_sum
+from tinylm.train.stage import Batch, StageLoss
+
+
+@dataclass
+class SFTConfig(PostTrainConfig):
+    """PostTrainConfig plus packing; the defaults fine-tune the demo model on `builtin:arith` in minutes."""
+
+    packing: bool = True
+
+
+class SFTStage(FromBaseStage):
+    name = "sft"
+    evaluate_at_start = True  # the base's score is the "before" of the run
+
+    def __init__(self) -> None:
+        self.task: Any = None
+        self.eval_problems: list[Any] = []
+
+    # ---- data ----------------------------------------------------------------------------------
+    def setup_data(self, cfg: PostTrainConfig) -> None:
+        train, dev = self._conversations(cfg)  # type: ignore[arg-type]
+        self.train_rows, train_report = self._rows(train, "train")
+        self.dev_rows, dev_report = self._rows(dev, "dev")
+        self.report += [train_report, dev_report]
+        from tinylm.data.row_loader import RowLoader
+
+        env = self.ctx.env
+        self.loader = RowLoader(self.train_rows, cfg.batch_size, seed=cfg.seed, rank=env.rank,
+                                world_size=env.world_size, device=self.ctx.device)
+
+    def _conversations(self, cfg: SFTConfig) -> tuple[list[list[dict[str, str]]], list[list[dict[str, str]]]]:
+        from tinylm.stages.sft.data import load_conversations
+
+        spec = cfg.data or ""
+        if spec.startswith("builtin:"):
+            from tinylm.tasks.registry import get_task
+
+            self.task = get_task(spec)
+            train = load_conversations(spec, "train", seed=cfg.seed, limit=cfg.train_examples).conversations
+            self.eval_problems = self.task.examples("test", cfg.eval_examples, cfg.seed)
+            dev = [list(map(dict, e.messages)) for e in self.eval_problems]
+            return train, dev
+        loaded = load_conversations(spec, "train", seed=cfg.seed, on_error=cfg.on_error)
+        if loaded.skipped:
+            self.ctx.say(f"skipped {len(loaded.skipped)} malformed row(s) of {spec}; first: {loaded.skipped[0]}")
+        if cfg.eval_data:
+            dev = load_conversations(cfg.eval_data, "test", seed=cfg.seed, on_error=cfg.on_error).conversations
+            return loaded.conversations, dev
+        train = [c for c in loaded.conversations if not held_out(c, cfg.dev_fraction)]
+        dev = [c for c in loaded.conversations if held_out(c, cfg.dev_fraction)]
+        if not train:
+            raise TinyLMError(f"{spec}: every conversation fell into the held-out share; lower --dev-fraction")
+        return train, dev
+
+    def _rows(self, conversations: list[list[dict[str, str]]], split: str) -> tuple[dict[str, torch.Tensor], str]:
+        """Rendered, checked, packed (or padded) rows as tensors, and a line that says what happened."""
+        from tinylm.data.packing import as_tensors, count_truncated, pack, padding_waste, unpacked
+
+        examples, nothing_to_learn = [], 0
+        for messages in conversations:
+            rendered = self.chat.render(messages)
+            if rendered.n_learn == 0:
+                nothing_to_learn += 1  # counted and skipped, never silently trained on
+                continue
+            examples.append((rendered.ids, rendered.mask))
+        if not examples:
+            if split == "dev":
+                return {}, "dev: no held-out conversations"
+            raise TinyLMError(f"{self.ctx.cfg.data}: no conversation has assistant content to learn "
+                              f"({nothing_to_learn} skipped)")
+        eot = self.tokenizer.eot_id
+        packed, padded = pack(examples, self.seq_len, eot), unpacked(examples, self.seq_len, eot)
+        rows = packed if self.ctx.cfg.packing else padded
+        truncated = count_truncated(examples, self.seq_len)
+        line = (f"{split}: {len(examples):,} conversations -> {len(rows):,} rows of {self.seq_len} "
+                f"({'packed' if self.ctx.cfg.packing else 'one per row'}); padding {padding_waste(packed):.1%} "
+                f"packed vs {padding_waste(padded):.1%} one per row")
+        if nothing_to_learn:
+            line += f"; {nothing_to_learn} with nothing to learn skipped"
+        if truncated:
+            line += f"; {truncated} longer than a row truncated"
+        return as_tensors(rows), line
+
+    # ---- batches and loss ----------------------------------------------------------------------
+    def next_batch(self) -> Batch:
+        return self.loader.next_batch()
+
+    def batch_weight(self, batch: Batch) -> int:
+        return int((batch["targets"] != IGNORE).sum())
+
+    def loss(self, model: nn.Module, batch: Batch) -> StageLoss:
+        _, total = model(batch["idx"], batch["targets"], return_logits=False, positions=batch["positions"],
+                         segments=batch["segments"], reduction="sum")
+        return StageLoss(total, {})
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state)
+
+    # ---- evaluation ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def dev_loss(self, model: nn.Module) -> float | None:
+        """Mean loss per assistant token over the held-out rows (each rank a share, summed)."""
+        if not self.dev_rows:
+            return None
+        ctx = self.ctx
+        env = ctx.env
+        n = len(self.dev_rows["idx"])
+        totals = torch.zeros(2, dtype=torch.float64, device=ctx.device)
+        was_training = model.training
+        model.eval()
+        batch = ctx.cfg.batch_size
+        for first in range(env.rank * batch, n, batch * env.world_size):
+            rows = {k: v[first:first + batch].to(ctx.device) for k, v in self.dev_rows.items()}
+            with autocast(ctx.device, ctx.dtype):
+                out = self.loss(model, rows)
+            totals[0] += out.total.double()
+            totals[1] += self.batch_weight(rows)
+        model.train(was_training)
+        all_reduce_sum(totals, env)
+        return float(totals[0] / totals[1]) if totals[1] > 0 else None
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]:
+        result: dict[str, float] = {}
+        loss = self.dev_loss(model)
+        if loss is not None:
+            result["dev_loss"] = loss
+        if self.task is not None and self.eval_problems and self.ctx.env.is_main and not self.ctx.cfg.fsdp:
+            from tinylm.evaluate.exact_match import exact_match
+
+            cfg: SFTConfig = self.ctx.cfg  # type: ignore[assignment]
+            with autocast(self.ctx.device, self.ctx.dtype):
+                score = exact_match(model, self.chat, self.task, self.eval_problems, cfg.max_new_tokens)
+            result["exact_match"] = score.accuracy
+            self.last_samples = score.samples
+        return result
+
+    def finish(self, model: nn.Module, checkpoint: Any) -> str | None:
+        super().finish(model, checkpoint)
+        samples = getattr(self, "last_samples", None)
+        if not samples:
+            return None
+        return "\n".join(f"{'ok ' if ok else 'bad'} {prompt!r} -> {reply!r}" for prompt, reply, ok in samples)
