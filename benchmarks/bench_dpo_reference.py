@@ -32,8 +32,8 @@ MODES = {"copy": {"reference": "copy"}, "cached": {"reference": "cached"},
 def measure(mode: str, base: str, steps: int, batch_size: int, seq_len: int, device: str) -> dict:
     import torch
 
+    from tinylm.runtime.distributed import DistEnv
     from tinylm.stages.preference.dpo import DPOConfig, DPOStage
-    from tinylm.train.distributed import DistEnv
     from tinylm.train.stage import StageContext
     from tinylm.train.step import accumulate_gradients
 

@@ -26,9 +26,9 @@ def root() -> Path:
 @functools.lru_cache(maxsize=1)
 def base_run() -> Path:
     """A micro model pretrained for 4 steps; a 128-token window holds the multiple-choice files' rows."""
-    from tinylm.train.loop import run_training
+    from tinylm.stages.pretrain import pretrain
 
-    run_training(pretrain_config(root() / "base", max_steps=4, eval_batches=4,
+    pretrain(pretrain_config(root() / "base", max_steps=4, eval_batches=4,
                                  overrides={**MICRO, "context_length": 128}))
     return root() / "base"
 

@@ -250,17 +250,17 @@ def test_a_training_run_reports_and_keeps_its_kernel_across_a_resume(tmp_path: P
     from test_train_support import MICRO as TRAIN_MICRO
     from test_train_support import config, losses
     from tinylm.checkpoint import list_checkpoints, load_train_state
-    from tinylm.train.loop import run_training
+    from tinylm.stages.pretrain import pretrain
 
     lines: list[str] = []
     kw = dict(overrides={**TRAIN_MICRO, "dropout": 0.1, "context_length": 64}, seq_len=64, schedule_steps=4)
-    run_training(config(tmp_path / "straight", max_steps=4, attention="blockwise", **kw))
-    run_training(config(tmp_path / "resumed", max_steps=2, attention="blockwise", **kw))
+    pretrain(config(tmp_path / "straight", max_steps=4, attention="blockwise", **kw))
+    pretrain(config(tmp_path / "resumed", max_steps=2, attention="blockwise", **kw))
     assert load_train_state(list_checkpoints(tmp_path / "resumed")[-1])["attention"] == "blockwise"
     monkeypatch.setattr(attention_policy, "time_kernels", lambda *a, **k: pytest.fail("a resumed run measured"))
     from tinylm.train import loop
 
     monkeypatch.setattr(loop._Run, "say", lambda self, line: lines.append(line))
-    run_training(config(tmp_path / "resumed", max_steps=4, attention="auto", resume="latest", **kw))
+    pretrain(config(tmp_path / "resumed", max_steps=4, attention="auto", resume="latest", **kw))
     assert losses(tmp_path / "resumed") == losses(tmp_path / "straight")  # bit for bit, dropout and all
     assert any(line == "attention: blockwise: as the run being resumed" for line in lines), lines

@@ -17,7 +17,7 @@ import pytest
 import tinylm.cli.commands.generate as generate_command
 from test_generate_cli import make_run
 from tinylm.cli.main import main
-from tinylm.failures import CLOSED_PIPE_EXIT
+from tinylm.errors import CLOSED_PIPE_EXIT
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,8 @@ import torch
 
 import tinylm.cli.commands.generate as generate_command
 from tinylm.cli.main import build_parser, main, parse_command_line
-from tinylm.errors import TinyLMError
-from tinylm.failures import error_prefix, user_message
-from tinylm.io_errors import io_failure
+from tinylm.errors import TinyLMError, error_prefix, io_failure, is_oom, user_message
 from tinylm.options_file import option_keys
-from tinylm.train.faults import is_oom
 
 HUGE, NEGATIVE = str(10**20), "-5"
 CHECKED_INTEGERS = ("generate", "chat", "export", "import", "compare", "report")

@@ -18,9 +18,9 @@ from test_train_support import cli_args, config, hooked_build_model, losses, row
 from tinylm.checkpoint import list_checkpoints
 from tinylm.cli.commands.train import OPTIMIZERS
 from tinylm.cli.main import main
-from tinylm.stages.pretrain import stage as pretrain
+from tinylm.stages.pretrain import pretrain
+from tinylm.stages.pretrain import stage as pretrain_stage
 from tinylm.train import optim
-from tinylm.train.loop import run_training
 
 
 def test_train_prints_summary_and_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,7 +67,7 @@ def test_exit_codes_for_nan_and_interrupt(tmp_path: Path, monkeypatch: pytest.Mo
     def nan(module: torch.nn.Module, args: Any, output: Any) -> Any:
         return (output[0], output[1] * float("nan")) if module.training else None
 
-    monkeypatch.setattr(pretrain, "build_model", hooked_build_model(nan))
+    monkeypatch.setattr(pretrain_stage, "build_model", hooked_build_model(nan))
     assert main(cli_args(tmp_path / "nan", "--max-steps", "3")) == 1
     assert not list_checkpoints(tmp_path / "nan")  # nothing good to keep: nothing saved
 
@@ -75,14 +75,14 @@ def test_exit_codes_for_nan_and_interrupt(tmp_path: Path, monkeypatch: pytest.Mo
         if module.training:
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(pretrain, "build_model", hooked_build_model(ctrl_c))
+    monkeypatch.setattr(pretrain_stage, "build_model", hooked_build_model(ctrl_c))
     assert main(cli_args(tmp_path / "int", "--max-steps", "3")) == 130
     assert [p.name for p in list_checkpoints(tmp_path / "int")] == ["step_00000001"]
 
 
 def test_plot_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run_training(config(tmp_path / "a", max_steps=3))
-    run_training(config(tmp_path / "b", max_steps=2))
+    pretrain(config(tmp_path / "a", max_steps=3))
+    pretrain(config(tmp_path / "b", max_steps=2))
     (tmp_path / "a" / "loss.png").unlink()
     assert main(["plot", str(tmp_path / "a")]) == 0
     assert (tmp_path / "a" / "loss.png").is_file()
@@ -102,7 +102,7 @@ def test_sigkill_between_checkpoints_then_resume_is_bit_identical(tmp_path: Path
     The kill lands some steps after the poll sees step 22; checkpoints 20 steps apart leave a window wide
     enough that it still lands before the next one on a fast machine (5 apart did not, once)."""
     schedule = ["--schedule-steps", "40", "--checkpoint-every", "20"]
-    run_training(config(tmp_path / "straight", max_steps=40, schedule_steps=40, checkpoint_every=20))
+    pretrain(config(tmp_path / "straight", max_steps=40, schedule_steps=40, checkpoint_every=20))
 
     killed = tmp_path / "killed"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -61,7 +61,7 @@ def test_every_candidate_gets_the_same_training_config(monkeypatch: pytest.Monke
 
     seen = []
 
-    def fake_run_training(config):
+    def fake_run_training(config, stage):
         seen.append(config)
         run = Path(config.out)
         run.mkdir(parents=True)
@@ -125,7 +125,7 @@ def test_a_read_only_out_is_refused_before_any_training(monkeypatch: pytest.Monk
     import tinylm.bench.compare as compare
     import tinylm.train.loop as loop
 
-    def never(config):
+    def never(config, stage):
         raise AssertionError("trained although --out cannot be written")
 
     def read_only(*args, **kwargs):

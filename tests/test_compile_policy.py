@@ -15,7 +15,7 @@ from tinylm.models.factory import build_model
 from tinylm.models.loss import _COMPILED_HEADS
 from tinylm.runtime import compile_policy, measure_cache
 from tinylm.runtime.compile_policy import CompileMeasurement, compile_blocks, decide, eager_blocks, plan_compile
-from tinylm.train.loop import run_training
+from tinylm.stages.pretrain import pretrain
 
 CPU = torch.device("cpu")
 MICRO = ModelConfig(arch="modern", vocab_size=256, context_length=32, n_embed=32, n_head=2, n_kv_head=1, n_blocks=2,
@@ -110,8 +110,8 @@ def test_compiled_blocks_trace_to_the_eager_result(one_thread: None, checkpointi
 def test_inductor_blocks_match_eager_in_training(tmp_path: Path) -> None:
     """Real code generation: accumulation + gradient checkpointing, compiled vs eager losses agree."""
     kw = dict(max_steps=4, grad_accum=2, gradient_checkpointing=True, overrides=dict(TRAIN_MICRO))
-    run_training(config(tmp_path / "eager", **kw))
-    run_training(config(tmp_path / "compiled", compile="on", **kw))
+    pretrain(config(tmp_path / "eager", **kw))
+    pretrain(config(tmp_path / "compiled", compile="on", **kw))
     assert losses(tmp_path / "compiled") == pytest.approx(losses(tmp_path / "eager"), rel=1e-4)
 
 
@@ -119,7 +119,7 @@ def test_inductor_blocks_match_eager_in_training(tmp_path: Path) -> None:
 def test_compiled_exact_resume(tmp_path: Path) -> None:
     """Stop a compiled run at 3 of 6 steps and resume it (compiling again): the same losses, bit for bit."""
     kw = dict(compile="on", schedule_steps=6, overrides={**TRAIN_MICRO, "dropout": 0.1})
-    run_training(config(tmp_path / "straight", max_steps=6, **kw))
-    run_training(config(tmp_path / "resumed", max_steps=3, **kw))
-    run_training(config(tmp_path / "resumed", max_steps=6, resume="latest", **kw))
+    pretrain(config(tmp_path / "straight", max_steps=6, **kw))
+    pretrain(config(tmp_path / "resumed", max_steps=3, **kw))
+    pretrain(config(tmp_path / "resumed", max_steps=6, resume="latest", **kw))
     assert losses(tmp_path / "resumed") == losses(tmp_path / "straight")

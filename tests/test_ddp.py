@@ -16,7 +16,7 @@ import pytest
 
 from test_train_support import cli_args, config, losses, rows
 from tinylm.checkpoint import list_checkpoints, load_model, load_train_state
-from tinylm.train.loop import run_training
+from tinylm.stages.pretrain import pretrain
 
 STEPS = 6
 
@@ -31,7 +31,7 @@ def torchrun(*args: str, nproc: int = 2, timeout: int = 180) -> subprocess.Compl
 
 
 def single_reference(out: Path) -> list[float]:
-    run_training(config(out, batch_size=4, max_steps=STEPS, eval_every=3))
+    pretrain(config(out, batch_size=4, max_steps=STEPS, eval_every=3))
     return losses(out)
 
 

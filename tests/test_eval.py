@@ -22,12 +22,12 @@ from tinylm.evaluate.bpb import corpus_bpb
 from tinylm.evaluate.exact_match import pass_at_k, pass_at_k_estimate
 from tinylm.evaluate.preference_accuracy import preference_accuracy
 from tinylm.evaluate.run import EVALS
+from tinylm.metrics import read_metrics
 from tinylm.tasks.code import CodeTask
 from tinylm.tasks.gsm8k import GSM8KTask, final_number
 from tinylm.tasks.preference_pairs import preference_pairs
 from tinylm.tasks.registry import get_task
 from tinylm.tokenizer.chat_format import ChatFormat
-from tinylm.train.metrics import read_metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 DATA = Path(__file__).parent.parent / "evals" / "data"

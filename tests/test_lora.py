@@ -29,9 +29,9 @@ from tinylm.models.lora import (
     lora_parameters,
     lora_state_dict,
     merge_lora,
+    merged_weights,
     parse_targets,
 )
-from tinylm.models.lora_merge import merged_weights
 
 VARIANTS = ["gqa", "qknorm", "gated", "mla", "mla_qlora", "moe", "moe_shared", "untied", "classic"]
 

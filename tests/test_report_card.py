@@ -15,7 +15,7 @@ from tinylm.checkpoint import load_model
 from tinylm.cli.main import main
 from tinylm.errors import TinyLMError
 from tinylm.evaluate.report_card import REPORT_HTML, REPORT_MD, write_report_card
-from tinylm.train.metrics import read_metrics
+from tinylm.metrics import read_metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -17,7 +17,7 @@ from tinylm.checkpoint import TRAIN_STATE, list_checkpoints, save_checkpoint
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.presets import preset_config
-from tinylm.train.loop import run_training
+from tinylm.stages.pretrain import pretrain
 from tinylm.train.run_dir import find_resume_checkpoint, plan_resume
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -77,10 +77,10 @@ def test_resume_latest_continues_full_state_and_keeps_metrics_history(tmp_path: 
     resumable left it is refused and nothing is touched."""
     run = tmp_path / "run"
     kw: dict[str, int] = dict(checkpoint_every=1, keep_last=2)
-    run_training(config(run, max_steps=2, **kw))
+    pretrain(config(run, max_steps=2, **kw))
     (step(run, 2) / TRAIN_STATE).unlink()
     first_row = rows(run)[0]
-    summary = run_training(config(run, max_steps=3, resume="latest", **kw))
+    summary = pretrain(config(run, max_steps=3, resume="latest", **kw))
     assert summary.steps == 3 and rows(run)[0] == first_row  # step 1's row is the original one
     assert [r["step"] for r in rows(run) if "loss" in r] == [1, 2, 3]
     assert list_checkpoints(run) == [step(run, 2), step(run, 3)]
@@ -89,5 +89,5 @@ def test_resume_latest_continues_full_state_and_keeps_metrics_history(tmp_path: 
         (path / TRAIN_STATE).unlink()
     before = rows(run)
     with pytest.raises(TinyLMError, match="nothing to resume"):
-        run_training(config(run, max_steps=4, resume="latest", **kw))
+        pretrain(config(run, max_steps=4, resume="latest", **kw))
     assert rows(run) == before and list_checkpoints(run) == [step(run, 2), step(run, 3)]

@@ -18,8 +18,8 @@ from test_train_support import losses, rows
 from tinylm.checkpoint import list_checkpoints, read_weights
 from tinylm.cli.main import main
 from tinylm.models.reward_model import bradley_terry_loss, pair_scores
+from tinylm.runtime.distributed import DistEnv
 from tinylm.stages.preference.reward import RewardConfig, RewardStage, load_reward_model, score_answers
-from tinylm.train.distributed import DistEnv
 from tinylm.train.loop import run_training
 from tinylm.train.stage import StageContext
 from tinylm.train.step import accumulate_gradients

@@ -16,6 +16,7 @@ from test_sft import base_run
 from test_train_support import losses, rows
 from tinylm.checkpoint import list_checkpoints, load_model, read_weights
 from tinylm.cli.main import main
+from tinylm.stages.pretrain import pretrain
 from tinylm.stages.rl.algorithms import algorithms
 from tinylm.stages.rl.stage import RLConfig, RLStage
 from tinylm.tasks.task import Example
@@ -158,7 +159,7 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path: Path, capsys: pytest
         from test_train_support import config as pretrain_config
 
         cfg = pretrain_config(other / "run", max_steps=1)
-        run_training(cfg.replace(overrides={**cfg.overrides, "vocab_size": 320}))
+        pretrain(cfg.replace(overrides={**cfg.overrides, "vocab_size": 320}))
         extra = ["--reference", str(other / "run")]
     args = rl_args(tmp_path / "bad", "grpo", *extra)
     capsys.readouterr()

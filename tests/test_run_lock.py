@@ -77,16 +77,16 @@ def test_default_run_folder_skips_one_in_use(tmp_path: Path, monkeypatch: pytest
 
 def test_a_second_training_run_in_a_held_folder_is_refused(tmp_path: Path) -> None:
     from test_train_support import config
-    from tinylm.train.loop import run_training
+    from tinylm.stages.pretrain import pretrain
 
     run = tmp_path / "run"
     other = holder(run)
     try:
         with pytest.raises(TinyLMError, match=f"in use by pid {other.pid}"):
-            run_training(config(run, max_steps=1))
+            pretrain(config(run, max_steps=1))
         assert not (run / "metrics.jsonl").exists() and not (run / "checkpoints").exists()
     finally:
         other.kill()
         other.wait()
-    assert run_training(config(run, max_steps=1)).steps == 1
+    assert pretrain(config(run, max_steps=1)).steps == 1
     assert (run / ".lock").read_text() == ""

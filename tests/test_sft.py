@@ -19,6 +19,7 @@ from test_train_support import config as pretrain_config
 from test_train_support import losses, rows
 from tinylm.checkpoint import list_checkpoints, load_model, load_train_state, read_weights
 from tinylm.cli.main import main
+from tinylm.stages.pretrain import pretrain
 from tinylm.stages.sft.stage import SFTConfig, SFTStage
 from tinylm.train.loop import run_training
 
@@ -32,7 +33,7 @@ TASK = "builtin:arith?digits=1&ops=+"
 def base_run() -> Path:
     """A micro model pretrained for a few steps on the test corpus (its BPE reserves the chat tokens)."""
     root = Path(tempfile.mkdtemp(prefix="tinylm-sft-base-"))
-    run_training(pretrain_config(root / "base", max_steps=4))
+    pretrain(pretrain_config(root / "base", max_steps=4))
     return root / "base"
 
 

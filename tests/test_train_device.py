@@ -113,14 +113,14 @@ def test_mfu() -> None:
 def test_bf16_exact_resume_on_cpu(tmp_path) -> None:
     """bf16 autocast keeps fp32 master weights and optimizer state: a resumed run is still bit-identical."""
     from test_train_support import MICRO, config, losses
-    from tinylm.train.loop import run_training
+    from tinylm.stages.pretrain import pretrain
 
     kw = dict(dtype="bf16", schedule_steps=8, overrides={**MICRO, "dropout": 0.1})
-    run_training(config(tmp_path / "straight", max_steps=8, **kw))
-    run_training(config(tmp_path / "resumed", max_steps=4, **kw))
-    run_training(config(tmp_path / "resumed", max_steps=8, resume="latest", **kw))
+    pretrain(config(tmp_path / "straight", max_steps=8, **kw))
+    pretrain(config(tmp_path / "resumed", max_steps=4, **kw))
+    pretrain(config(tmp_path / "resumed", max_steps=8, resume="latest", **kw))
     assert losses(tmp_path / "resumed") == losses(tmp_path / "straight")
-    fp32 = run_training(config(tmp_path / "fp32", max_steps=8, dtype="fp32", schedule_steps=8,
+    fp32 = pretrain(config(tmp_path / "fp32", max_steps=8, dtype="fp32", schedule_steps=8,
                                overrides={**MICRO, "dropout": 0.1}))
     assert fp32.final_loss != losses(tmp_path / "straight")[-1]  # bf16 really ran: the rounding shows
 
@@ -133,13 +133,13 @@ def test_bf16_dev_loss_stays_within_seed_noise_of_fp32(tmp_path, seq_len: int, a
     The second case trains in bf16 on the blockwise attention kernel (bf16 scores) against fp32 SDPA.
     """
     from test_train_support import MICRO, config
-    from tinylm.train.loop import run_training
+    from tinylm.stages.pretrain import pretrain
 
     kw = dict(max_steps=150, eval_every=0, warmup_steps=10, seq_len=seq_len,
               overrides={**MICRO, "n_embed": 64, "n_head": 4, "context_length": max(seq_len, 32)})
 
     def dev_loss(name: str, dtype: str, seed: int, kernel: str = "sdpa") -> float:
-        loss = run_training(config(tmp_path / name, dtype=dtype, seed=seed, attention=kernel, **kw)).dev_loss
+        loss = pretrain(config(tmp_path / name, dtype=dtype, seed=seed, attention=kernel, **kw)).dev_loss
         assert loss is not None
         return loss
 

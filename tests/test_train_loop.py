@@ -15,8 +15,8 @@ import torch
 from test_train_support import MICRO, config, data_dir, hooked_build_model, losses, rows
 from tinylm.checkpoint import list_checkpoints, load_model, load_train_state
 from tinylm.errors import TinyLMError
-from tinylm.stages.pretrain import stage as pretrain
-from tinylm.train.loop import run_training
+from tinylm.stages.pretrain import pretrain
+from tinylm.stages.pretrain import stage as pretrain_stage
 from tinylm.train.schedule import LRSchedule
 
 
@@ -35,7 +35,7 @@ def training_calls(every: int, action: Any) -> Any:
 
 def test_a_run_logs_evaluates_checkpoints_plots_and_samples(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    summary = run_training(config(out, max_steps=6, eval_every=3, sample_tokens=12, prompt="def"))
+    summary = pretrain(config(out, max_steps=6, eval_every=3, sample_tokens=12, prompt="def"))
     assert summary.steps == 6 and summary.stopped == "max_steps" and summary.tokens == 6 * 4 * 16
     logged = rows(out)
     train = [r for r in logged if "loss" in r]
@@ -68,17 +68,17 @@ def test_exact_resume_with_dropout(tmp_path: Path, optimizer: str) -> None:
     Dropout makes the RNG state matter and the random batches make the loader position matter.
     """
     kw = dict(overrides={**MICRO, "dropout": 0.1}, schedule_steps=8, optimizer=optimizer)
-    run_training(config(tmp_path / "straight", max_steps=8, **kw))
-    first = run_training(config(tmp_path / "resumed", max_steps=4, **kw))
+    pretrain(config(tmp_path / "straight", max_steps=8, **kw))
+    first = pretrain(config(tmp_path / "resumed", max_steps=4, **kw))
     assert first.steps == 4
-    second = run_training(config(tmp_path / "resumed", max_steps=8, resume="latest", **kw))
+    second = pretrain(config(tmp_path / "resumed", max_steps=8, resume="latest", **kw))
     assert second.steps == 8  # --max-steps is a total: 4 more steps
     assert losses(tmp_path / "resumed") == losses(tmp_path / "straight")
     assert [r["step"] for r in rows(tmp_path / "resumed") if "loss" in r] == list(range(1, 9))
 
 
 def test_schedule_length_is_schedule_steps_not_max_steps(tmp_path: Path) -> None:
-    run_training(config(tmp_path, max_steps=4, schedule_steps=8, schedule="linear", warmup_steps=0, lr=0.01,
+    pretrain(config(tmp_path, max_steps=4, schedule_steps=8, schedule="linear", warmup_steps=0, lr=0.01,
                         min_lr_ratio=0.0))
     expected = [0.01 * LRSchedule("linear", 8, 0, 0.0).factor(i) for i in range(4)]
     assert [r["lr"] for r in rows(tmp_path) if "lr" in r] == pytest.approx(expected)
@@ -86,22 +86,23 @@ def test_schedule_length_is_schedule_steps_not_max_steps(tmp_path: Path) -> None
 
 
 def test_max_tokens_stops_at_the_first_step_past_it(tmp_path: Path) -> None:
-    summary = run_training(config(tmp_path, max_steps=100, max_tokens=200))  # 64 tokens per step
+    summary = pretrain(config(tmp_path, max_steps=100, max_tokens=200))  # 64 tokens per step
     assert summary.stopped == "max_tokens" and summary.steps == 4 and summary.tokens == 256
     state = load_train_state(list_checkpoints(tmp_path)[-1])
     assert state["tokens"] == 256 and state["schedule"]["total"] == 4  # the schedule fits the token budget
 
 
 def test_grad_accum_counts_tokens_per_optimizer_step(tmp_path: Path) -> None:
-    summary = run_training(config(tmp_path, max_steps=3, grad_accum=3))
+    summary = pretrain(config(tmp_path, max_steps=3, grad_accum=3))
     assert summary.tokens == 3 * 3 * 4 * 16
     assert load_train_state(list_checkpoints(tmp_path)[-1])["loader"]["step"] == 9  # 3 micro-batches a step
 
 
 def test_time_budget_stops_cleanly_and_saves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pretrain, "build_model", hooked_build_model(training_calls(1, lambda o, n: time.sleep(0.05))))
+    slow = hooked_build_model(training_calls(1, lambda o, n: time.sleep(0.05)))
+    monkeypatch.setattr(pretrain_stage, "build_model", slow)
     start = time.perf_counter()
-    summary = run_training(config(tmp_path, max_steps=10_000, time_budget=0.6))
+    summary = pretrain(config(tmp_path, max_steps=10_000, time_budget=0.6))
     elapsed = time.perf_counter() - start
     assert summary.stopped == "time_budget"
     assert 3 <= summary.steps <= 13, summary.steps
@@ -117,8 +118,8 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path: Path, monke
         logits, loss = output
         return (logits, loss * float("nan")) if n == 5 else None
 
-    monkeypatch.setattr(pretrain, "build_model", hooked_build_model(training_calls(1, poison)))
-    summary = run_training(config(tmp_path, max_steps=10, checkpoint_every=2))
+    monkeypatch.setattr(pretrain_stage, "build_model", hooked_build_model(training_calls(1, poison)))
+    summary = pretrain(config(tmp_path, max_steps=10, checkpoint_every=2))
     assert summary.stopped == "nan" and summary.steps == 4
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step_00000002", "step_00000004"]
     assert summary.checkpoint == str(list_checkpoints(tmp_path)[-1])
@@ -129,19 +130,19 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path: Path, monke
 
 
 def test_ctrl_c_saves_and_resumes_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    run_training(config(tmp_path / "straight", max_steps=6))
+    pretrain(config(tmp_path / "straight", max_steps=6))
 
     def interrupt(output: Any, n: int) -> None:
         if n == 3:
             os.kill(os.getpid(), signal.SIGINT)  # delivered mid-step, as a real Ctrl-C would be
 
     with monkeypatch.context() as m:
-        m.setattr(pretrain, "build_model", hooked_build_model(training_calls(1, interrupt)))
-        summary = run_training(config(tmp_path / "stopped", max_steps=6))
+        m.setattr(pretrain_stage, "build_model", hooked_build_model(training_calls(1, interrupt)))
+        summary = pretrain(config(tmp_path / "stopped", max_steps=6))
     assert summary.stopped == "interrupted" and summary.steps == 3
     assert list_checkpoints(tmp_path / "stopped")[-1].name == "step_00000003"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
-    run_training(config(tmp_path / "stopped", max_steps=6, resume="latest"))
+    pretrain(config(tmp_path / "stopped", max_steps=6, resume="latest"))
     assert losses(tmp_path / "stopped") == losses(tmp_path / "straight")
 
 
@@ -149,9 +150,9 @@ def test_out_of_memory_names_the_flags_that_help(tmp_path: Path, monkeypatch: py
     def oom(output: Any, n: int) -> None:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr(pretrain, "build_model", hooked_build_model(training_calls(1, oom)))
+    monkeypatch.setattr(pretrain_stage, "build_model", hooked_build_model(training_calls(1, oom)))
     with pytest.raises(TinyLMError, match="out of memory") as err:
-        run_training(config(tmp_path, batch_size=8))
+        pretrain(config(tmp_path, batch_size=8))
     assert "--batch-size 4 --grad-accum 2" in str(err.value) and "--gradient-checkpointing" in str(err.value)
 
 
@@ -159,40 +160,40 @@ def test_bad_data_is_refused_before_the_model_is_built(tmp_path: Path, monkeypat
     def never(*args: Any) -> None:
         raise AssertionError("the model was built before the data was checked")
 
-    monkeypatch.setattr(pretrain, "build_model", never)
+    monkeypatch.setattr(pretrain_stage, "build_model", never)
     with pytest.raises(TinyLMError, match="vocab_size"):
-        run_training(config(tmp_path, overrides={**MICRO, "vocab_size": 64}))
+        pretrain(config(tmp_path, overrides={**MICRO, "vocab_size": 64}))
     with pytest.raises(TinyLMError, match="data folder not found"):
-        run_training(config(tmp_path, data=str(tmp_path / "missing")))
+        pretrain(config(tmp_path, data=str(tmp_path / "missing")))
 
 
 def test_resume_refuses_another_model_naming_fields(tmp_path: Path) -> None:
-    run_training(config(tmp_path, max_steps=2))
+    pretrain(config(tmp_path, max_steps=2))
     with pytest.raises(TinyLMError, match=r"n_blocks \(checkpoint 1, requested 2\)"):
-        run_training(config(tmp_path, max_steps=4, resume="latest", overrides={**MICRO, "n_blocks": 2}))
+        pretrain(config(tmp_path, max_steps=4, resume="latest", overrides={**MICRO, "n_blocks": 2}))
 
 
 def test_out_folder_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    run_training(config(tmp_path / "a", max_steps=1))
+    pretrain(config(tmp_path / "a", max_steps=1))
     with pytest.raises(TinyLMError, match="already has checkpoints"):
-        run_training(config(tmp_path / "a", max_steps=2))
-    fresh = run_training(config(tmp_path / "b", max_steps=1, resume="latest"))  # nothing to resume: starts
+        pretrain(config(tmp_path / "a", max_steps=2))
+    fresh = pretrain(config(tmp_path / "b", max_steps=1, resume="latest"))  # nothing to resume: starts
     assert fresh.steps == 1
-    done = run_training(config(tmp_path / "a", max_steps=1, resume="latest"))  # already there: no new step
+    done = pretrain(config(tmp_path / "a", max_steps=1, resume="latest"))  # already there: no new step
     assert done.steps == 1 and done.checkpoint == str(list_checkpoints(tmp_path / "a")[-1])
     monkeypatch.chdir(tmp_path)
-    first = run_training(config(None, max_steps=1))
-    second = run_training(config(None, max_steps=1))
+    first = pretrain(config(None, max_steps=1))
+    second = pretrain(config(None, max_steps=1))
     assert (first.run_dir, second.run_dir) == ("runs/tiny-modern", "runs/tiny-modern-2")
-    again = run_training(config(None, max_steps=2, resume="latest"))
+    again = pretrain(config(None, max_steps=2, resume="latest"))
     assert again.run_dir == "runs/tiny-modern-2" and again.steps == 2
 
 
 def test_default_data_is_prepared_once_with_the_model_vocab(monkeypatch: pytest.MonkeyPatch) -> None:
     import tinylm.data.prepare as prepare
     from tinylm.presets import preset_config
+    from tinylm.runtime.distributed import DistEnv
     from tinylm.stages.pretrain.data import resolve_data_dir
-    from tinylm.train.distributed import DistEnv
 
     calls: list[dict[str, Any]] = []
     prepared = data_dir()  # before the patch: data_dir() itself prepares through prepare_dataset
@@ -211,15 +212,15 @@ def test_default_data_is_prepared_once_with_the_model_vocab(monkeypatch: pytest.
 
 
 def test_gradient_checkpointing_changes_memory_not_results(tmp_path: Path) -> None:
-    run_training(config(tmp_path / "plain", max_steps=3))
-    summary = run_training(config(tmp_path / "ckpt", max_steps=3, gradient_checkpointing=True))
+    pretrain(config(tmp_path / "plain", max_steps=3))
+    summary = pretrain(config(tmp_path / "ckpt", max_steps=3, gradient_checkpointing=True))
     assert losses(tmp_path / "ckpt") == pytest.approx(losses(tmp_path / "plain"), abs=1e-6)
     model, _, meta = load_model(summary.checkpoint)
     assert meta["model"]["gradient_checkpointing"] is True
 
 
 def test_bf16_autocast_on_cpu_trains(tmp_path: Path) -> None:
-    summary = run_training(config(tmp_path, max_steps=4, dtype="bf16", lr=1e-2, eval_every=4))
+    summary = pretrain(config(tmp_path, max_steps=4, dtype="bf16", lr=1e-2, eval_every=4))
     bf16 = losses(tmp_path)
     assert all(math.isfinite(x) for x in bf16) and bf16[-1] < bf16[0]
     assert summary.dev_loss is not None and math.isfinite(summary.dev_loss)
@@ -227,6 +228,6 @@ def test_bf16_autocast_on_cpu_trains(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_torch_compile_matches_eager(tmp_path: Path) -> None:
-    run_training(config(tmp_path / "eager", max_steps=4))
-    run_training(config(tmp_path / "compiled", max_steps=4, compile=True))
+    pretrain(config(tmp_path / "eager", max_steps=4))
+    pretrain(config(tmp_path / "compiled", max_steps=4, compile=True))
     assert losses(tmp_path / "compiled") == pytest.approx(losses(tmp_path / "eager"), abs=1e-5)

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tinylm.errors import TinyLMError
+from tinylm.errors import TinyLMError, is_oom
+from tinylm.metrics import MetricsLogger, read_metrics, truncate_after
 from tinylm.models.factory import build_model
 from tinylm.presets import preset_config
 from tinylm.stages.pretrain.sample import sample_ids
-from tinylm.train.faults import is_oom, oom_message
-from tinylm.train.metrics import MetricsLogger, read_metrics, truncate_after
+from tinylm.train.faults import oom_message
 from tinylm.train.plot import plot_runs, smooth
 from tinylm.train.progress import Progress
 

@@ -32,8 +32,7 @@ import torch
 from torch import nn
 
 from tinylm.config import ModelConfig
-from tinylm.errors import TinyLMError
-from tinylm.io_errors import io_failure
+from tinylm.errors import TinyLMError, io_failure
 
 FORMAT = "tinylm-checkpoint"
 CHECKPOINTS = "checkpoints"
@@ -437,7 +436,7 @@ def adapter_parts(path: Path, adapter: dict[str, Any], prefix: str = ""
 
 def adapter_weights(path: Path, adapter: dict[str, Any], prefix: str = "") -> dict[str, torch.Tensor]:
     """The full weights of an adapter-only checkpoint: W + s B A on top of `adapter_parts`' base."""
-    from tinylm.models.lora_merge import merged_weights
+    from tinylm.models.lora import merged_weights
 
     return merged_weights(*adapter_parts(path, adapter, prefix))
 

@@ -206,11 +206,3 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ValueError(f"invalid override {text!r}: {name} expects a number") from None
     return name, raw
 
-
-def __getattr__(name: str) -> Any:
-    """`from tinylm.config import TrainConfig` works too; it lives in train/config.py beside the loop."""
-    if name == "TrainConfig":
-        from tinylm.train.config import TrainConfig
-
-        return TrainConfig
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

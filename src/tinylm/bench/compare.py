@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tinylm.errors import TinyLMError
-from tinylm.io_errors import io_failure
+from tinylm.errors import TinyLMError, io_failure
 
 MAX_STEPS_FOR_TIME_BUDGET = 10**9  # the time budget, not the step count, ends these runs
 
@@ -91,7 +90,7 @@ def dev_curve(run_dir: Path) -> list[dict[str, float]]:
     """[{step, tokens, seconds, dev_loss}] from metrics.jsonl; seconds interpolated from the training rows."""
     import numpy as np
 
-    from tinylm.train.metrics import read_metrics
+    from tinylm.metrics import read_metrics
 
     rows = read_metrics(run_dir)
     timed = sorted((r["step"], r["elapsed_s"]) for r in rows if "elapsed_s" in r)
@@ -103,6 +102,7 @@ def dev_curve(run_dir: Path) -> list[dict[str, float]]:
 
 def run_compare(opts: CompareOptions, say=lambda line: None) -> dict[str, Any]:
     """Train every candidate for every seed under the same budget; write compare.md/png/json into opts.out."""
+    from tinylm.stages.pretrain import PretrainStage
     from tinylm.train.config import TrainConfig
     from tinylm.train.loop import run_training
 
@@ -125,7 +125,7 @@ def run_compare(opts: CompareOptions, say=lambda line: None) -> dict[str, Any]:
                 shutil.rmtree(run_dir)  # compare's own output from an earlier invocation
             say(f"training {candidate.name} (seed {seed}) ...")
             summary = run_training(base.replace(arch=candidate.arch, overrides=candidate.overrides, seed=seed,
-                                                out=str(run_dir)))
+                                                out=str(run_dir)), stage=PretrainStage())
             runs.append({"candidate": candidate.name, "seed": seed, "summary": summary.to_dict(),
                          "dev_curve": dev_curve(run_dir)})
     rows = []

@@ -5,7 +5,7 @@ modules import heavy libraries (torch, tokenizers) inside `run`, so `tinylm --he
 Every option can also come from a TOML or JSON file given with `--config FILE` (keys are option
 names, with dashes or underscores), checked as the flags are (see options_file.py); options on the
 command line win. User mistakes surface as one line on stderr and a non-zero exit, never a
-traceback (see failures.py); a closed stdout ends the command quietly.
+traceback (see errors.py); a closed stdout ends the command quietly.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import sys
 from types import ModuleType
 from typing import NoReturn
 
-from tinylm.errors import TinyLMError
-from tinylm.failures import CLOSED_PIPE_EXIT, error_prefix, silence_closed_stdout, user_message
+from tinylm.errors import CLOSED_PIPE_EXIT, TinyLMError, error_prefix, silence_closed_stdout, user_message
 from tinylm.options_file import apply_options, load_options_file
 
 COMMANDS: tuple[str, ...] = (

@@ -14,7 +14,7 @@ Shown = tuple[tuple[str, str, str], ...]  # (metric key, label, format)
 
 def first_evaluation(run_dir: str) -> dict[str, float]:
     """The step-0 evaluation the run logged (the starting model's scores)."""
-    from tinylm.train.metrics import read_metrics
+    from tinylm.metrics import read_metrics
 
     for row in read_metrics(run_dir):
         if row.get("step") == 0:

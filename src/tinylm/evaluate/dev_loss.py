@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from tinylm.runtime.device import autocast
-from tinylm.train.distributed import DistEnv, all_reduce_sum
+from tinylm.runtime.distributed import DistEnv, all_reduce_sum
 
 
 def bits_per_byte(loss_nats: float, tokens: int, n_bytes: int) -> float:

@@ -149,7 +149,7 @@ def _evals_sections(evaluations: list[dict[str, Any]]) -> list[Section]:
 def gather(run: Path) -> tuple[str, list[Section]]:
     from tinylm.checkpoint import read_checkpoint_config, resolve_checkpoint
     from tinylm.evaluate.run import read_evaluations
-    from tinylm.train.metrics import METRICS, read_metrics
+    from tinylm.metrics import METRICS, read_metrics
 
     checkpoint = resolve_checkpoint(run)
     meta = read_checkpoint_config(checkpoint)
@@ -209,7 +209,7 @@ def to_html(title: str, sections: list[Section]) -> str:
 
 def write_card(folder: Path, title: str, sections: list[Section]) -> Path:
     """Write folder/report.md (figures as report-NAME.png beside it) and folder/report.html; the HTML's path."""
-    from tinylm.io_errors import io_failure
+    from tinylm.errors import io_failure
 
     files = {name: f"report-{name}.png" for s in sections for name, _ in s.figures}
     try:

@@ -44,7 +44,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str | None
         read_weights,
         resolve_checkpoint,
     )
-    from tinylm.models.lora_merge import merged_weights
+    from tinylm.models.lora import merged_weights
 
     ckpt = resolve_checkpoint(checkpoint)
     info = read_checkpoint_config(ckpt)

@@ -11,9 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tinylm.errors import TinyLMError
+from tinylm.errors import TinyLMError, io_failure
 from tinylm.interop.atomic_dir import atomic_directory
-from tinylm.io_errors import io_failure
 
 
 @contextmanager

@@ -41,24 +41,6 @@ class StopSignal:
         self._previous.clear()
 
 
-OOM_TEXTS = (
-    "out of memory",  # CUDA, MPS, XPU
-    "not enough memory",  # older CPU allocator
-    "can't allocate memory",  # CPU: "DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes"
-    "cannot allocate memory",  # the errno text (ENOMEM) that allocator message ends with
-)
-
-
-def is_oom(exc: BaseException) -> bool:
-    """Whether an exception says a device (or the CPU) ran out of memory, in any wording torch uses."""
-    import torch
-
-    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and any(phrase in text for phrase in OOM_TEXTS)
-
-
 def oom_message(batch_size: int, grad_accum: int, seq_len: int, dtype: str, gradient_checkpointing: bool,
                 fsdp: bool, world_size: int, device_type: str) -> str:
     """One line naming the flags that lower memory, with values that keep tokens per step the same."""

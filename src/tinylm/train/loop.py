@@ -37,25 +37,17 @@ from tinylm.checkpoint import (
     save_checkpoint,
     sweep_leftovers,
 )
-from tinylm.config import ModelConfig
-from tinylm.errors import TinyLMError
+from tinylm.errors import TinyLMError, is_oom
+from tinylm.metrics import METRICS, MetricsLogger, truncate_after
 from tinylm.runtime.attention_policy import AttentionChoice, choose_attention, use_attention_kernel
 from tinylm.runtime.compile_policy import compile_blocks, eager_blocks, plan_compile
 from tinylm.runtime.device import configure_backends, describe, empty_cache, peak_flops, resolve_dtype
+from tinylm.runtime.distributed import DistEnv, all_gather_objects, all_reduce_sum, barrier, cleanup, init_distributed
 from tinylm.runtime.precision import PrecisionChoice, choose_precision
 from tinylm.runtime.rng import capture_rng, restore_rng
 from tinylm.train.config import TrainConfig
-from tinylm.train.distributed import (
-    DistEnv,
-    all_gather_objects,
-    all_reduce_sum,
-    barrier,
-    cleanup,
-    init_distributed,
-    wrap_model,
-)
-from tinylm.train.faults import StopSignal, is_oom, oom_message
-from tinylm.train.metrics import METRICS, MetricsLogger, truncate_after
+from tinylm.train.distributed import wrap_model
+from tinylm.train.faults import StopSignal, oom_message
 from tinylm.train.mfu import model_flops_utilization
 from tinylm.train.optim import AnyOptimizer, build_optimizer, members
 from tinylm.train.progress import Progress
@@ -92,20 +84,14 @@ class TrainSummary:
         return asdict(self)
 
 
-def run_training(config: TrainConfig | None = None, *, model_config: ModelConfig | None = None,
-                 stage: Stage | None = None, **changes: Any) -> TrainSummary:
-    """Train as `config` says (fields can be changed by keyword) with `stage` (default: pretraining).
+def run_training(config: TrainConfig | None, *, stage: Stage, **changes: Any) -> TrainSummary:
+    """Train as `config` says (fields can be changed by keyword) with `stage` (pretraining, SFT, DPO, RL...).
 
-    `model_config` replaces the preset/arch/overrides of `config` with an exact model (pretraining).
     Under torchrun every rank calls this; a process group started by the caller is left running.
     """
     cfg = config or TrainConfig()
     if changes:
         cfg = cfg.replace(**changes)
-    if stage is None:
-        from tinylm.stages.pretrain.stage import PretrainStage
-
-        stage = PretrainStage(model_config)
     owns_group = not (dist.is_available() and dist.is_initialized())
     env, device = init_distributed(cfg.device)
     threads = torch.get_num_threads()

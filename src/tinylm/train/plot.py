@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.errors import TinyLMError
-from tinylm.train.metrics import read_metrics
+from tinylm.metrics import read_metrics
 
 PLOT = "loss.png"
 

@@ -26,22 +26,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 from torch import nn
 
+from tinylm.runtime.distributed import DistEnv
 from tinylm.train.config import TrainConfig
-from tinylm.train.distributed import DistEnv
 
 Batch = Any  # whatever the stage's loader yields; only the stage looks inside
+ConfigT = TypeVar("ConfigT", bound=TrainConfig)  # the stage's own config type: TrainConfig, SFTConfig, RLConfig...
 
 
 @dataclass
-class StageContext:
+class StageContext(Generic[ConfigT]):
     """What the engine has decided before the stage sets up: where, on what, how."""
 
-    cfg: TrainConfig
+    cfg: ConfigT
     env: DistEnv
     device: torch.device
     dtype: torch.dtype
@@ -59,8 +60,14 @@ class StageLoss:
     metrics: dict[str, torch.Tensor]
 
 
-class Stage:
-    """The base every stage extends; the defaults are what most stages want."""
+class Stage(Generic[ConfigT]):
+    """The base every stage extends; the defaults are what most stages want.
+
+    Generic in its config type: `class SFTStage(FromBaseStage[SFTConfig])` reads `self.ctx.cfg` as an
+    SFTConfig, with no cast.
+    """
+
+    ctx: StageContext[ConfigT]
 
     name: str = "stage"
     # True when every micro-batch has the same weight (pretraining: batch x seq_len targets), which
@@ -69,10 +76,10 @@ class Stage:
     # evaluate before the first step of a fresh run, so the log holds the starting point ("before")
     evaluate_at_start: bool = False
 
-    def setup(self, ctx: StageContext) -> None:
+    def setup(self, ctx: StageContext[ConfigT]) -> None:
         self.ctx = ctx
 
-    def run_name(self, cfg: TrainConfig) -> tuple[str, str]:
+    def run_name(self, cfg: ConfigT) -> tuple[str, str]:
         """(name, kind) of the default run folder runs/<name>-<kind> when no --out is given."""
         return cfg.preset, cfg.arch
 

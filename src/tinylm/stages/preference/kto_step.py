@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from tinylm.runtime.device import autocast
+from tinylm.runtime.distributed import DistEnv, all_reduce_sum
 from tinylm.stages.preference.losses import PairLogps, kto_ratio_sums, kto_reference_point
-from tinylm.train.distributed import DistEnv, all_reduce_sum
 
 REFERENCE_POINT = "kto_reference_point"  # the batch key the step's z_0 travels under
 

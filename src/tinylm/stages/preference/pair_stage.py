@@ -18,10 +18,10 @@ from torch import nn
 
 from tinylm.errors import TinyLMError
 from tinylm.runtime.device import autocast
+from tinylm.runtime.distributed import all_reduce_sum
 from tinylm.stages.from_base import FromBaseStage, PostTrainConfig, held_out
 from tinylm.stages.preference.data import PreferenceRow, load_preferences
 from tinylm.stages.preference.pair_rows import EncodedPairs, encode_pairs
-from tinylm.train.distributed import all_reduce_sum
 from tinylm.train.stage import Batch
 
 

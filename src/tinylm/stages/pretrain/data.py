@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
-from tinylm.train.distributed import DistEnv, all_gather_objects, barrier
+from tinylm.runtime.distributed import DistEnv, all_gather_objects, barrier
 
 DEFAULT_CORPUS = "pystdlib"
 

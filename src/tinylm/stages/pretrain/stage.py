@@ -21,6 +21,8 @@ from tinylm.models.factory import build_model
 from tinylm.runtime.device import autocast
 from tinylm.runtime.rng import seed_everything
 from tinylm.stages.pretrain.data import resolve_data_dir
+from tinylm.train.config import TrainConfig
+from tinylm.train.loop import TrainSummary, run_training
 from tinylm.train.stage import Batch, Stage, StageContext, StageLoss, lineage
 
 
@@ -125,3 +127,9 @@ class PretrainStage(Stage):
         with autocast(self.ctx.device, self.ctx.dtype), torch.no_grad():
             return sample_text(model, tokenizer, cfg.prompt, cfg.sample_tokens, cfg.temperature, cfg.top_k,
                                seed=cfg.seed)
+
+
+def pretrain(config: TrainConfig | None = None, *, model_config: ModelConfig | None = None,
+             **changes: Any) -> TrainSummary:
+    """Pretrain as `config` says (fields can be changed by keyword); `model_config` gives an exact model."""
+    return run_training(config, stage=PretrainStage(model_config), **changes)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
-from tinylm.train.metrics import read_metrics
+from tinylm.metrics import read_metrics
 from tinylm.train.plot import save_figure
 
 RL_PLOT = "rl.png"

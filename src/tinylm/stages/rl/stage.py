@@ -40,6 +40,7 @@ from tinylm.checkpoint import (
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.runtime.device import autocast
+from tinylm.runtime.distributed import all_reduce_sum
 from tinylm.stages.from_base import FromBaseStage, PostTrainConfig
 from tinylm.stages.rl.advantages import group_advantages, moment_sums, reward_spread, rloo_advantages, whiten
 from tinylm.stages.rl.config import RLConfig
@@ -62,7 +63,6 @@ from tinylm.stages.rl.rollout import (
     sample_rollouts,
 )
 from tinylm.train.config import TrainConfig
-from tinylm.train.distributed import all_reduce_sum
 from tinylm.train.stage import Batch, StageLoss
 
 

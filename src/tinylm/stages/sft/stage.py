@@ -26,8 +26,8 @@ from torch import nn
 from tinylm.data.packing import IGNORE
 from tinylm.errors import TinyLMError
 from tinylm.runtime.device import autocast
+from tinylm.runtime.distributed import all_reduce_sum
 from tinylm.stages.from_base import FromBaseStage, PostTrainConfig, held_out
-from tinylm.train.distributed import all_reduce_sum
 from tinylm.train.stage import Batch, StageLoss
 
 
