@@ -33,7 +33,8 @@ def measure(mode: str, base: str, steps: int, batch_size: int, seq_len: int, dev
     import torch
 
     from tinylm.runtime.distributed import DistEnv
-    from tinylm.stages.preference.dpo import DPOConfig, DPOStage
+    from tinylm.stages.preference.config import DPOConfig
+    from tinylm.stages.preference.dpo import DPOStage
     from tinylm.train.stage import StageContext
     from tinylm.train.step import accumulate_gradients
 

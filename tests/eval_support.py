@@ -35,7 +35,8 @@ def base_run() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def sft_run() -> Path:
-    from tinylm.stages.sft.stage import SFTConfig, SFTStage
+    from tinylm.stages.sft.config import SFTConfig
+    from tinylm.stages.sft.stage import SFTStage
     from tinylm.train.loop import run_training
 
     run_training(SFTConfig(base=str(base_run()), out=str(root() / "sft"), **SFT_OPTIONS), stage=SFTStage())

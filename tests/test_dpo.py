@@ -19,7 +19,8 @@ from test_train_support import losses, rows
 from tinylm.checkpoint import list_checkpoints, load_model
 from tinylm.cli.main import main
 from tinylm.runtime.distributed import DistEnv
-from tinylm.stages.preference.dpo import DPOConfig, DPOStage
+from tinylm.stages.preference.config import DPOConfig
+from tinylm.stages.preference.dpo import DPOStage
 from tinylm.stages.preference.kto_step import REFERENCE_POINT
 from tinylm.stages.preference.losses import LOSSES, kto_ratio_sums, kto_reference_point
 from tinylm.stages.preference.sequence_logprobs import pair_logprobs

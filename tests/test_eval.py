@@ -65,7 +65,8 @@ def _eval_json(run: Path, tasks: str, *extra: str) -> dict:
 
 def test_a_lora_checkpoint_is_evaluated_with_its_adapters_folded_in(tmp_path: Path) -> None:
     from eval_support import SFT_OPTIONS
-    from tinylm.stages.sft.stage import SFTConfig, SFTStage
+    from tinylm.stages.sft.config import SFTConfig
+    from tinylm.stages.sft.stage import SFTStage
     from tinylm.train.loop import run_training
 
     options = {**SFT_OPTIONS, "max_steps": 2, "eval_every": 0}

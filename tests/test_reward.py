@@ -19,7 +19,8 @@ from tinylm.checkpoint import list_checkpoints, read_weights
 from tinylm.cli.main import main
 from tinylm.models.reward_model import bradley_terry_loss, pair_scores
 from tinylm.runtime.distributed import DistEnv
-from tinylm.stages.preference.reward import RewardConfig, RewardStage, load_reward_model, score_answers
+from tinylm.stages.preference.config import RewardConfig
+from tinylm.stages.preference.reward import RewardStage, load_reward_model, score_answers
 from tinylm.train.loop import run_training
 from tinylm.train.stage import StageContext
 from tinylm.train.step import accumulate_gradients

@@ -20,7 +20,8 @@ from test_train_support import losses, rows
 from tinylm.checkpoint import list_checkpoints, load_model, load_train_state, read_weights
 from tinylm.cli.main import main
 from tinylm.stages.pretrain import pretrain
-from tinylm.stages.sft.stage import SFTConfig, SFTStage
+from tinylm.stages.sft.config import SFTConfig
+from tinylm.stages.sft.stage import SFTStage
 from tinylm.train.loop import run_training
 
 pytestmark = pytest.mark.usefixtures("one_thread")

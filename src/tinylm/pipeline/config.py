@@ -69,11 +69,11 @@ def stage_config_class(stage: str) -> type:
 
         return TrainConfig
     if stage == "sft":
-        from tinylm.stages.sft.stage import SFTConfig
+        from tinylm.stages.sft.config import SFTConfig
 
         return SFTConfig
     if stage == "dpo":
-        from tinylm.stages.preference.dpo import DPOConfig
+        from tinylm.stages.preference.config import DPOConfig
 
         return DPOConfig
     from tinylm.stages.rl.stage import RLConfig

@@ -30,7 +30,7 @@ _D: dict[str, Any] = {}
 
 def _defaults() -> dict[str, Any]:
     if not _D:
-        from tinylm.stages.preference.dpo import DPOConfig
+        from tinylm.stages.preference.config import DPOConfig
 
         _D.update(DPOConfig(base="-").to_dict())
     return _D
@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tinylm.cli.preference_options import print_summary
     from tinylm.cli.run_stage import run_stage
-    from tinylm.stages.preference.dpo import DPOConfig, DPOStage
+    from tinylm.stages.preference.config import DPOConfig
+    from tinylm.stages.preference.dpo import DPOStage
 
     fields = set(_defaults())
     config = DPOConfig(**{k: v for k, v in vars(args).items() if k in fields})

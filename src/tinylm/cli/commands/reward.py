@@ -24,7 +24,7 @@ _D: dict[str, Any] = {}
 
 def _defaults() -> dict[str, Any]:
     if not _D:
-        from tinylm.stages.preference.reward import RewardConfig
+        from tinylm.stages.preference.config import RewardConfig
 
         _D.update(RewardConfig(base="-").to_dict())
     return _D
@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from tinylm.cli.preference_options import print_summary
     from tinylm.cli.run_stage import run_stage
-    from tinylm.stages.preference.reward import RewardConfig, RewardStage
+    from tinylm.stages.preference.config import RewardConfig
+    from tinylm.stages.preference.reward import RewardStage
 
     fields = set(_defaults())
     config = RewardConfig(**{k: v for k, v in vars(args).items() if k in fields})

@@ -28,7 +28,7 @@ _D: dict[str, Any] = {}
 
 def _defaults() -> dict[str, Any]:
     if not _D:
-        from tinylm.stages.sft.stage import SFTConfig
+        from tinylm.stages.sft.config import SFTConfig
 
         _D.update(SFTConfig(base="-").to_dict())
     return _D
@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    from tinylm.stages.sft.stage import SFTConfig
+    from tinylm.stages.sft.config import SFTConfig
 
     fields = set(_defaults())
     return SFTConfig(**{k: v for k, v in vars(args).items() if k in fields})

@@ -13,7 +13,6 @@ tasks the verifier's exact-match with greedy decoding, before the first step and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,12 @@ from tinylm.checkpoint import TOKENIZER, checkpoint_model_config, load_weights, 
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.runtime.device import autocast
+from tinylm.stages.preference.config import DPOConfig
 from tinylm.stages.preference.data import PreferenceRow
 from tinylm.stages.preference.kto_step import REFERENCE_POINT, step_reference_point
-from tinylm.stages.preference.losses import LossSpec, PairLogps, PairLoss, pair_loss, resolve
-from tinylm.stages.preference.pair_stage import PairStage, PreferenceConfig
+from tinylm.stages.preference.losses import PairLogps, PairLoss, pair_loss
+from tinylm.stages.preference.pair_stage import PairStage
 from tinylm.stages.preference.reference import (
-    MODES,
     adapters_disabled,
     cache_reference_logprobs,
     reference_logprobs,
@@ -37,46 +36,11 @@ from tinylm.stages.preference.reference import (
 from tinylm.stages.preference.sequence_logprobs import pair_logprobs
 from tinylm.train.stage import Batch, StageContext, StageLoss
 
-HYPER_PARAMETERS = ("beta", "gamma", "lam", "label_smoothing", "desirable_weight", "undesirable_weight")
 # held-out means: the loss, the implicit-reward accuracy and margin, and the share of pairs whose chosen answer
 # the policy itself finds likelier (log pi(y_w|x) > log pi(y_l|x)), meaningful before any step too
 EVAL_SUMS = ("loss", "accuracy", "margin", "logp_accuracy")
 
 
-@dataclass
-class DPOConfig(PreferenceConfig):
-    loss: str = "dpo"  # see preference_losses.LOSSES
-    beta: float | None = None  # None: the loss's published default
-    gamma: float | None = None  # SimPO's target margin
-    lam: float | None = None  # CPO's and RPO's NLL weight, ORPO's odds-ratio weight
-    label_smoothing: float | None = None  # cDPO / robust DPO flip rate
-    desirable_weight: float | None = None  # KTO
-    undesirable_weight: float | None = None
-    ref: str | None = None  # the reference checkpoint; default: the base
-    reference: str = "auto"  # auto (cached, or adapters with LoRA), cached, copy, adapters
-
-    def validate(self) -> None:
-        super().validate()
-        self.loss_spec()
-        if self.reference not in ("auto", *MODES):
-            raise TinyLMError(f"--reference must be auto, {', '.join(MODES)}; got {self.reference!r}")
-        if self.reference == "adapters" and not self.lora_rank:
-            raise TinyLMError("--reference adapters needs LoRA (--lora-rank R): without adapters there is no base "
-                              "to fall back to")
-        if self.reference == "adapters" and self.ref:
-            raise TinyLMError("--reference adapters uses the base itself as the reference: drop --ref or choose "
-                              "--reference cached")
-
-    def loss_spec(self) -> tuple[LossSpec, dict[str, float]]:
-        return resolve(self.loss, **{name: getattr(self, name) for name in HYPER_PARAMETERS})
-
-    def reference_mode(self) -> str | None:
-        """None for a reference-free loss; else the way pi_ref is computed."""
-        if not self.loss_spec()[0].needs_reference:
-            return None
-        if self.reference != "auto":
-            return self.reference
-        return "adapters" if self.lora_rank and not self.ref else "cached"
 
 
 class DPOStage(PairStage):

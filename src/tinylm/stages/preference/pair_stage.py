@@ -10,7 +10,6 @@ torchrun equal one big batch. The base, the chat tokens, LoRA and the lineage ar
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,20 +18,11 @@ from torch import nn
 from tinylm.errors import TinyLMError
 from tinylm.runtime.device import autocast
 from tinylm.runtime.distributed import all_reduce_sum
-from tinylm.stages.from_base import FromBaseStage, PostTrainConfig, held_out
+from tinylm.stages.from_base import FromBaseStage, held_out
+from tinylm.stages.post_config import PostTrainConfig
 from tinylm.stages.preference.data import PreferenceRow, load_preferences
 from tinylm.stages.preference.pair_rows import EncodedPairs, encode_pairs
 from tinylm.train.stage import Batch
-
-
-@dataclass
-class PreferenceConfig(PostTrainConfig):
-    """PostTrainConfig with pair-sized defaults: they tune the SFT demo model on `builtin:arith` in minutes."""
-
-    train_examples: int = 2_000  # problems turned into pairs for a builtin task
-    max_steps: int = 200
-    lr: float = 5e-4
-    eval_every: int = 50
 
 
 def _key(row: PreferenceRow) -> list[Any]:

@@ -12,7 +12,6 @@ sequence-classification model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,20 +28,12 @@ from tinylm.models.reward_model import (
     pair_scores,
     reward_checkpoint_weights,
 )
-from tinylm.stages.preference.pair_stage import PairStage, PreferenceConfig
+from tinylm.stages.preference.pair_stage import PairStage
 from tinylm.train.stage import Batch, StageLoss
 
 EVAL_SUMS = ("loss", "accuracy", "margin")
 
 
-@dataclass
-class RewardConfig(PreferenceConfig):
-    margin: float = 0.0  # Bradley-Terry with a margin: prefer the chosen answer by at least this much
-
-    def validate(self) -> None:
-        super().validate()
-        if self.margin < 0:
-            raise TinyLMError(f"--margin must be >= 0, got {self.margin:g}")
 
 
 class RewardStage(PairStage):

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from tinylm.errors import TinyLMError
-from tinylm.stages.from_base import PostTrainConfig
+from tinylm.stages.post_config import PostTrainConfig
 from tinylm.stages.rl.algorithms import Algorithm, algorithms
 from tinylm.stages.rl.kl import KL_ESTIMATORS
 from tinylm.stages.rl.policy_losses import AGGREGATIONS

@@ -41,7 +41,8 @@ from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.runtime.device import autocast
 from tinylm.runtime.distributed import all_reduce_sum
-from tinylm.stages.from_base import FromBaseStage, PostTrainConfig
+from tinylm.stages.from_base import FromBaseStage
+from tinylm.stages.post_config import PostTrainConfig
 from tinylm.stages.rl.advantages import group_advantages, moment_sums, reward_spread, rloo_advantages, whiten
 from tinylm.stages.rl.config import RLConfig
 from tinylm.stages.rl.gae import gae

@@ -17,7 +17,6 @@ lineage are what every post-training stage shares (`stages/from_base.py`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,15 +26,10 @@ from tinylm.data.packing import IGNORE
 from tinylm.errors import TinyLMError
 from tinylm.runtime.device import autocast
 from tinylm.runtime.distributed import all_reduce_sum
-from tinylm.stages.from_base import FromBaseStage, PostTrainConfig, held_out
+from tinylm.stages.from_base import FromBaseStage, held_out
+from tinylm.stages.post_config import PostTrainConfig
+from tinylm.stages.sft.config import SFTConfig
 from tinylm.train.stage import Batch, StageLoss
-
-
-@dataclass
-class SFTConfig(PostTrainConfig):
-    """PostTrainConfig plus packing; the defaults fine-tune the demo model on `builtin:arith` in minutes."""
-
-    packing: bool = True
 
 
 class SFTStage(FromBaseStage):
