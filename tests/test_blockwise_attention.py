@@ -193,7 +193,7 @@ def test_explicit_kernels_win_and_unknown_ones_are_refused(monkeypatch: pytest.M
     monkeypatch.setattr(attention_policy, "time_kernels", lambda *a, **k: pytest.fail("an explicit choice measured"))
     for kernel in ("sdpa", "blockwise"):
         choice = choose_attention(kernel, MICRO, 4, 128, torch.float32, CPU)
-        assert choice.kernel == kernel and f"--attention {kernel}" in choice.reason
+        assert choice.value == kernel and f"--attention {kernel}" in choice.reason
     with pytest.raises(TinyLMError, match="unknown --attention"):
         choose_attention("flash", MICRO, 4, 128, torch.float32, CPU)
 
@@ -203,26 +203,26 @@ def test_models_without_the_kernel_gpus_and_short_rows_keep_sdpa(monkeypatch: py
     classic = ModelConfig(arch="classic", vocab_size=256, context_length=128, n_embed=32, n_head=2, n_blocks=1)
     mla = MICRO.replace(attention="mla")
     for config in (classic, mla):
-        assert choose_attention("auto", config, 4, 128, torch.float32, CPU).kernel == "sdpa"
+        assert choose_attention("auto", config, 4, 128, torch.float32, CPU).value == "sdpa"
         with pytest.raises(TinyLMError, match="needs the modern arch with standard attention"):
             choose_attention("blockwise", config, 4, 128, torch.float32, CPU)
     gpu = choose_attention("auto", MICRO, 4, 128, torch.bfloat16, torch.device("cuda"))
-    assert gpu.kernel == "sdpa" and "cuda" in gpu.reason
+    assert gpu.value == "sdpa" and "cuda" in gpu.reason
     short = choose_attention("auto", MICRO, 4, 32, torch.float32, CPU)
-    assert short.kernel == "sdpa" and "single query block" in short.reason
+    assert short.value == "sdpa" and "single query block" in short.reason
 
 
 def test_auto_follows_the_measurement_and_caches_it(monkeypatch: pytest.MonkeyPatch) -> None:
     fast = FakeTiming(1.8)
     monkeypatch.setattr(attention_policy, "time_kernels", fast)
     first = choose_attention("auto", MICRO, 4, 128, torch.bfloat16, CPU)
-    assert first.kernel == "blockwise" and "1.80x faster" in first.reason and "measured now in 0.3 s" in first.reason
+    assert first.value == "blockwise" and "1.80x faster" in first.reason and "measured now in 0.3 s" in first.reason
     again = choose_attention("auto", MICRO, 4, 128, torch.bfloat16, CPU)
-    assert again.kernel == "blockwise" and again.reason.endswith("(cached)") and fast.calls == 1
+    assert again.value == "blockwise" and again.reason.endswith("(cached)") and fast.calls == 1
     slow = FakeTiming(1.02)  # another dtype is another measurement; a tie keeps SDPA
     monkeypatch.setattr(attention_policy, "time_kernels", slow)
     tie = choose_attention("auto", MICRO, 4, 128, torch.float32, CPU)
-    assert tie.kernel == "sdpa" and "1.02x of SDPA" in tie.reason and slow.calls == 1
+    assert tie.value == "sdpa" and "1.02x of SDPA" in tie.reason and slow.calls == 1
 
 
 def test_a_measurement_on_a_busy_machine_is_used_but_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,7 +230,7 @@ def test_a_measurement_on_a_busy_machine_is_used_but_not_kept(monkeypatch: pytes
     monkeypatch.setattr(attention_policy, "time_kernels", fake)
     monkeypatch.setattr(measure_cache, "machine_busy", lambda: True)
     choice = choose_attention("auto", MICRO, 4, 128, torch.float32, CPU)
-    assert choice.kernel == "blockwise" and choice.reason.endswith("not cached)")
+    assert choice.value == "blockwise" and choice.reason.endswith("not cached)")
     choose_attention("auto", MICRO, 4, 128, torch.float32, CPU)
     assert fake.calls == 2
 

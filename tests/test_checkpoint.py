@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -116,7 +117,7 @@ def test_failed_save_leaves_previous_checkpoint_and_nothing_else(tmp_path: Path,
     def fail(*args: object, **kwargs: object) -> None:
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(ck.torch, "save", fail)
+    monkeypatch.setattr(torch, "save", fail)
     with pytest.raises(TinyLMError) as err:
         save(tmp_path, 20, model)
     assert str(err.value) == f"cannot write checkpoint to {tmp_path / 'checkpoints'}: {os.strerror(code)}"
@@ -177,7 +178,7 @@ def test_prune_killed_half_way_is_never_a_checkpoint_and_is_swept(tmp_path: Path
         (Path(path) / "model.safetensors").unlink()
         raise Killed
 
-    monkeypatch.setattr(ck.shutil, "rmtree", die_half_way)
+    monkeypatch.setattr(shutil, "rmtree", die_half_way)
     with pytest.raises(Killed):
         save(tmp_path, 3, model, keep_last=2)
     monkeypatch.undo()

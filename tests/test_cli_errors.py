@@ -108,7 +108,8 @@ def test_non_finite_and_out_of_range_floats_are_one_line(command: str, tmp_path:
 def test_seed_range_is_what_numpy_and_torch_accept(tmp_path: Path, capsys) -> None:
     import numpy as np
 
-    from tinylm.cli.option_types import SEED_LIMIT, seed
+    from tinylm.cli.option_types import seed
+    from tinylm.options import SEED_LIMIT
 
     assert seed(str(SEED_LIMIT - 1)) == SEED_LIMIT - 1
     np.random.RandomState(SEED_LIMIT - 1)

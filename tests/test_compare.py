@@ -56,7 +56,7 @@ def test_candidates_and_unknown_names() -> None:
 
 def test_every_candidate_gets_the_same_training_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Only the model and the seed change between runs; the training engine is `run_training` itself."""
-    import tinylm.train.loop as loop
+    import tinylm.bench.compare as compare
     from tinylm.train.loop import TrainSummary
 
     seen = []
@@ -71,7 +71,7 @@ def test_every_candidate_gets_the_same_training_config(monkeypatch: pytest.Monke
                             final_loss=5.0, dev_loss=5.5 + config.seed, dev_bpb=1.0, tokens_per_s=1000.0, mfu=None,
                             params=1, non_embedding_params=1, stopped="max_steps", wall_s=1.0)
 
-    monkeypatch.setattr(loop, "run_training", fake_run_training)
+    monkeypatch.setattr(compare, "run_training", fake_run_training)
     result = run_compare(CompareOptions(preset="tiny", archs=["classic", "modern"], variants=["mla"], overrides=MICRO,
                                         steps=7, seeds=[1, 2], out=str(tmp_path), train=TRAIN))
     assert len(seen) == 6
@@ -123,7 +123,6 @@ def test_a_read_only_out_is_refused_before_any_training(monkeypatch: pytest.Monk
     import os
 
     import tinylm.bench.compare as compare
-    import tinylm.train.loop as loop
 
     def never(config, stage):
         raise AssertionError("trained although --out cannot be written")
@@ -131,7 +130,7 @@ def test_a_read_only_out_is_refused_before_any_training(monkeypatch: pytest.Monk
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(tmp_path / "cmp"))
 
-    monkeypatch.setattr(loop, "run_training", never)
+    monkeypatch.setattr(compare, "run_training", never)
     monkeypatch.setattr(compare.tempfile, "TemporaryFile", read_only)
     assert main(["compare", "--archs", "modern", "--steps", "2", "--out", str(tmp_path / "cmp")]) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -27,17 +27,17 @@ def test_compile_pays_back_when_the_saved_time_exceeds_the_compile_time() -> Non
     # 30 s to compile; each of 2 blocks saves 0.05 s per step -> 0.1 s/step; with the 1.2 margin: 360 steps
     probe = CompileMeasurement(compile_s=30.0, eager_s=0.1, compiled_s=0.05)
     long_run = decide(probe, planned_steps=400, n_blocks=2, cached=True)
-    assert long_run.enabled and "pays back after 360 steps" in long_run.reason and "2.00x" in long_run.reason
+    assert long_run.value and "pays back after 360 steps" in long_run.reason and "2.00x" in long_run.reason
     short_run = decide(probe, planned_steps=300, n_blocks=2, cached=False)
-    assert not short_run.enabled and "plans only 300" in short_run.reason and "probed now" in short_run.reason
+    assert not short_run.value and "plans only 300" in short_run.reason and "probed now" in short_run.reason
     slower = decide(CompileMeasurement(5.0, 0.1, 0.12), planned_steps=10**9, n_blocks=8, cached=True)
-    assert not slower.enabled and "no gain" in slower.reason
+    assert not slower.value and "no gain" in slower.reason
 
 
 def test_on_and_off_are_obeyed_and_unknown_modes_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compile_policy, "measure_compile", lambda *a, **k: pytest.fail("on/off probed"))
-    assert plan_compile("on", 10, None, **SHAPE).enabled
-    assert not plan_compile("off", 10**9, 1.0, **SHAPE).enabled
+    assert plan_compile("on", 10, None, **SHAPE).value
+    assert not plan_compile("off", 10**9, 1.0, **SHAPE).value
     with pytest.raises(TinyLMError, match="unknown --compile 'fast'"):
         plan_compile("fast", 10, None, **SHAPE)
 
@@ -45,7 +45,7 @@ def test_on_and_off_are_obeyed_and_unknown_modes_refused(monkeypatch: pytest.Mon
 def test_without_a_compiler_auto_stays_eager_and_on_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compile_policy, "have_compiler", lambda: False)
     choice = plan_compile("auto", 10**6, 1.0, **SHAPE)
-    assert not choice.enabled and "C++ compiler" in choice.reason
+    assert not choice.value and "C++ compiler" in choice.reason
     with pytest.raises(TinyLMError, match="needs a C\\+\\+ compiler"):
         plan_compile("on", 10, None, **SHAPE)
 
@@ -63,15 +63,15 @@ def test_auto_probes_only_long_runs_and_caches_the_probe(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(compile_policy, "measure_compile", fake_probe)
     short = plan_compile("auto", 600, None, **SHAPE)  # eager estimate: 600 x 0.2 x 2 blocks = 4 min
-    assert not short.enabled and "too short" in short.reason and probes == [False]  # timed eager, never compiled
+    assert not short.value and "too short" in short.reason and probes == [False]  # timed eager, never compiled
     long = plan_compile("auto", 20_000, 0.5, **SHAPE)  # ~2.8 h: worth a probe; 0.2 s saved per step
-    assert long.enabled and "probed now" in long.reason and probes == [False, True]
+    assert long.value and "probed now" in long.reason and probes == [False, True]
     cached = plan_compile("auto", 100, 0.5, **SHAPE)  # the cached probe decides, without probing again
-    assert not cached.enabled and "(cached)" in cached.reason and probes == [False, True]
+    assert not cached.value and "(cached)" in cached.reason and probes == [False, True]
     budgeted = plan_compile("auto", 20_000, 0.5, time_budget_s=30.0, **SHAPE)  # 60 steps fit; 120 pay back
-    assert not budgeted.enabled and "plans only 60" in budgeted.reason and probes == [False, True]
+    assert not budgeted.value and "plans only 60" in budgeted.reason and probes == [False, True]
     blockwise = plan_compile("auto", 20_000, 0.5, attention="blockwise", **SHAPE)  # another kernel, another probe
-    assert blockwise.enabled and "probed now" in blockwise.reason and kernels == ["sdpa", "sdpa", "blockwise"]
+    assert blockwise.value and "probed now" in blockwise.reason and kernels == ["sdpa", "sdpa", "blockwise"]
 
 
 def _loss_and_grads(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:

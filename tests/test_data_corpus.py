@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tinylm.data.corpus import open_corpus
 from tinylm.data.hf import parse_hf_spec
 from tinylm.data.pystdlib import stdlib_files
+from tinylm.data.sources import open_corpus
 from tinylm.data.text import decode_text
 from tinylm.errors import TinyLMError
 

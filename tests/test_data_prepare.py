@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from tinylm.cli.main import main
-from tinylm.data.corpus import open_corpus
 from tinylm.data.prepare import prepare_dataset
 from tinylm.data.pystdlib import stdlib_files
+from tinylm.data.sources import open_corpus
 from tinylm.data.split import is_dev
 from tinylm.errors import TinyLMError
 from tinylm.paths import default_data_dir

@@ -35,6 +35,8 @@ def test_make_runner_picks_the_fastest_supported_path() -> None:
     assert isinstance(make_runner(_model("gqa"), 1, use_cache=False), RecomputeRunner)
 
 
+# The full variant list, and the refusals, are tests/test_fast_decode.py's; this hand-picked subset stays
+# while docs/pipeline/generation.md names it.
 @pytest.mark.parametrize("batch", [1, 2])  # one row: the single-row norm and the rotation-matrix RoPE
 @pytest.mark.parametrize("name", ["mha", "gqa", "mqa", "qknorm", "window", "gated", "moe_shared", "untied"])
 def test_fast_decoder_logits_match_the_model(name: str, batch: int) -> None:

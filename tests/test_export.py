@@ -168,7 +168,7 @@ def test_autotokenizer_ids_equal_ours(tmp_path: Path) -> None:
 def test_bfloat16_export(tmp_path: Path) -> None:
     ckpt, model = make_checkpoint(tmp_path, modern_config("gqa", vocab_size=300))
     out = tmp_path / "hf"
-    assert main(["export", "--checkpoint", str(ckpt), "--out", str(out), "--dtype", "bfloat16"]) == 0
+    assert main(["export", "--checkpoint", str(ckpt), "--out", str(out), "--dtype", "bf16"]) == 0
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(out)
     assert hf_model.dtype == torch.bfloat16
     assert torch.equal(hf_model.model.embed_tokens.weight, model.token_embed.weight.to(torch.bfloat16))

@@ -15,7 +15,8 @@ import torch
 from model_variants import BASE, classic_config, modern_config
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
-from tinylm.interop.hf import config_from_hf, hf_architecture, hf_config_dict, to_hf_model
+from tinylm.interop.hf import hf_architecture, hf_config_dict, to_hf_model
+from tinylm.interop.hf_config_reader import config_from_hf
 from tinylm.models.factory import build_model
 
 transformers = pytest.importorskip("transformers")

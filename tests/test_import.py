@@ -179,13 +179,13 @@ def test_a_refused_write_is_one_line_and_leaves_nothing(tmp_path: Path, capsys, 
     import errno
     import os
 
-    import tinylm.checkpoint as checkpoint
+    from tinylm.interop import hf_import
 
     def full_disk(folder, *args, **kwargs):
         (Path(folder) / "model.safetensors").write_bytes(b"half")
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(folder) / "model.safetensors"))
 
     save_hf_model(tmp_path / "hf", "LlamaForCausalLM")
-    monkeypatch.setattr(checkpoint, "save_checkpoint", full_disk)
+    monkeypatch.setattr(hf_import, "save_checkpoint", full_disk)
     line = refused(tmp_path, capsys, tmp_path / "hf")
     assert f"cannot write {tmp_path / 'run'}: No space left on device" in line

@@ -10,6 +10,7 @@ import torch
 
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
+from tinylm.inference import decode_timing
 from tinylm.inference.engine import Engine
 from tinylm.inference.int8 import Int8Linear
 from tinylm.inference.sampling import GREEDY
@@ -57,9 +58,9 @@ def test_native_bf16_is_read_from_the_cpu_flags(flags: str, expected: str | None
 
 def test_explicit_dtype_wins_without_calibrating(monkeypatch: pytest.MonkeyPatch, bf16_cpu: None) -> None:
     monkeypatch.setattr(precision, "calibrate", lambda *a, **k: pytest.fail("an explicit --dtype measured"))
-    assert precision.choose_precision(CPU, "fp32", MICRO, 4, 16).dtype == torch.float32
+    assert precision.choose_precision(CPU, "fp32", MICRO, 4, 16).value == torch.float32
     choice = precision.choose_precision(CPU, "bf16", MICRO, 4, 16)
-    assert choice.dtype == torch.bfloat16 and "--dtype bf16" in choice.reason
+    assert choice.value == torch.bfloat16 and "--dtype bf16" in choice.reason
     with pytest.raises(TinyLMError, match="fp16 needs a CUDA"):
         precision.choose_precision(CPU, "fp16", MICRO, 4, 16)
     with pytest.raises(TinyLMError, match="unknown dtype"):
@@ -68,26 +69,26 @@ def test_explicit_dtype_wins_without_calibrating(monkeypatch: pytest.MonkeyPatch
 
 def test_gpu_keeps_the_datasheet_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
-    assert precision.choose_precision(torch.device("cuda"), "auto", MICRO, 4, 16).dtype == torch.bfloat16
+    assert precision.choose_precision(torch.device("cuda"), "auto", MICRO, 4, 16).value == torch.bfloat16
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
-    assert precision.choose_precision(torch.device("cuda"), "auto", MICRO, 4, 16).dtype == torch.float32
+    assert precision.choose_precision(torch.device("cuda"), "auto", MICRO, 4, 16).value == torch.float32
 
 
 def test_a_cpu_without_native_bf16_stays_fp32_without_measuring(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(precision, "native_bf16", lambda flags=None: None)
     monkeypatch.setattr(precision, "calibrate", lambda *a, **k: pytest.fail("measured on a CPU without bf16"))
     choice = precision.choose_precision(CPU, "auto", MICRO, 4, 16)
-    assert choice.dtype == torch.float32 and "no native bf16" in choice.reason
+    assert choice.value == torch.float32 and "no native bf16" in choice.reason
 
 
 def test_auto_follows_the_calibration_and_caches_it(monkeypatch: pytest.MonkeyPatch, bf16_cpu: None) -> None:
     fast = FakeCalibration(1.5)
     monkeypatch.setattr(precision, "calibrate", fast)
     first = precision.choose_precision(CPU, "auto", MICRO, 4, 16)
-    assert first.dtype == torch.bfloat16
+    assert first.value == torch.bfloat16
     assert first.reason == "bf16 autocast: AVX512-BF16, calibration 1.50x faster than fp32 (measured now in 0.5 s)"
     again = precision.choose_precision(CPU, "auto", MICRO, 4, 16)
-    assert again.dtype == torch.bfloat16 and again.reason.endswith("(cached)") and fast.calls == 1
+    assert again.value == torch.bfloat16 and again.reason.endswith("(cached)") and fast.calls == 1
     precision.choose_precision(CPU, "auto", MICRO.replace(n_embed=64), 4, 16)  # another shape class: measured
     assert fast.calls == 2
     precision.choose_precision(CPU, "auto", MICRO.replace(n_blocks=6), 4, 16)  # depth is not part of the shape
@@ -96,7 +97,7 @@ def test_auto_follows_the_calibration_and_caches_it(monkeypatch: pytest.MonkeyPa
     slow = FakeCalibration(1.05)  # faster, but not by the margin
     monkeypatch.setattr(precision, "calibrate", slow)
     choice = precision.choose_precision(CPU, "auto", MICRO, 4, 32)
-    assert choice.dtype == torch.float32 and "1.05x" in choice.reason and "1.15x" in choice.reason
+    assert choice.value == torch.float32 and "1.05x" in choice.reason and "1.15x" in choice.reason
 
 
 def test_another_machine_measures_again(monkeypatch: pytest.MonkeyPatch, bf16_cpu: None) -> None:
@@ -128,7 +129,7 @@ def test_a_calibration_on_a_busy_machine_is_used_but_not_kept(monkeypatch: pytes
     monkeypatch.setattr(precision, "calibrate", fake)
     monkeypatch.setattr(measure_cache, "machine_busy", lambda: True)
     choice = precision.choose_precision(CPU, "auto", MICRO, 4, 16)
-    assert choice.dtype == torch.bfloat16 and choice.reason.endswith("(measured now in 0.5 s, not cached)")
+    assert choice.value == torch.bfloat16 and choice.reason.endswith("(measured now in 0.5 s, not cached)")
     precision.choose_precision(CPU, "auto", MICRO, 4, 16)
     assert fake.calls == 2  # measured again: nothing was stored
 
@@ -139,11 +140,11 @@ def test_an_unwritable_or_corrupt_cache_never_stops_a_run(monkeypatch: pytest.Mo
     blocker.write_text("x")
     monkeypatch.setattr(measure_cache, "cache_file", lambda kind: blocker / "cache" / f"{kind}.json")
     monkeypatch.setattr(precision, "calibrate", FakeCalibration(2.0))
-    assert precision.choose_precision(CPU, "auto", MICRO, 4, 16).dtype == torch.bfloat16
+    assert precision.choose_precision(CPU, "auto", MICRO, 4, 16).value == torch.bfloat16
     corrupt = tmp_path / "corrupt.json"
     corrupt.write_text("{not json")
     monkeypatch.setattr(measure_cache, "cache_file", lambda kind: corrupt)
-    assert precision.choose_precision(CPU, "auto", MICRO, 4, 16).dtype == torch.bfloat16
+    assert precision.choose_precision(CPU, "auto", MICRO, 4, 16).value == torch.bfloat16
     assert measure_cache.load_entry("precision", precision.shape_class(MICRO, 4, 16)) is not None  # rewritten
 
 
@@ -205,35 +206,41 @@ def test_bf16_decoding_keeps_logits_close_and_greedy_text_unchanged(one_thread: 
     assert Engine(half).generate(prompts, 20, GREEDY) == fp32_text
 
 
+def decode_cast(model: torch.nn.Module) -> tuple[torch.nn.Module, str]:
+    """The decode cast as `tinylm generate` runs it (the runtime's policy, the engine's timing): (model, reason)."""
+    chosen, choice = decode_timing.cast_measuring_decode(model, CPU)
+    return chosen, choice.reason
+
+
 def test_cast_for_decoding_measures_once_and_keeps_bf16_only_if_faster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(decode_precision, "native_bf16", lambda flags=None: "AVX512-BF16")
     model = build_model(MICRO).eval()
-    same, reason = decode_precision.cast_for_decoding(model, CPU)  # 0.1 MiB: stays in cache, not measured
+    same, reason = decode_cast(model)  # 0.1 MiB: stays in cache, not measured
     assert same is model and next(same.parameters()).dtype == torch.float32 and "stay in cache" in reason
 
     monkeypatch.setattr(decode_precision, "MIN_MEASURED_BYTES", 0)
     calls = []
-    monkeypatch.setattr(decode_precision, "measure_decode_ratio", lambda a, b: calls.append(1) or 1.8)
-    cast, reason = decode_precision.cast_for_decoding(model, CPU)
+    monkeypatch.setattr(decode_timing, "measure_decode_ratio", lambda a, b: calls.append(1) or 1.8)
+    cast, reason = decode_cast(model)
     assert next(cast.parameters()).dtype == torch.bfloat16 and "1.80x faster" in reason and "measured now" in reason
-    again, reason = decode_precision.cast_for_decoding(build_model(MICRO).eval(), CPU)
+    again, reason = decode_cast(build_model(MICRO).eval())
     assert next(again.parameters()).dtype == torch.bfloat16 and reason.endswith("(cached)") and len(calls) == 1
 
-    monkeypatch.setattr(decode_precision, "measure_decode_ratio", lambda a, b: 0.7)
+    monkeypatch.setattr(decode_timing, "measure_decode_ratio", lambda a, b: 0.7)
     other = build_model(MICRO.replace(n_embed=64, n_head=4)).eval()
-    kept, reason = decode_precision.cast_for_decoding(other, CPU)
+    kept, reason = decode_cast(other)
     assert kept is other and next(kept.parameters()).dtype == torch.float32 and "0.70x" in reason
 
 
 def test_cast_for_decoding_without_native_bf16_is_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(decode_precision, "native_bf16", lambda flags=None: None)
     model = build_model(MICRO).eval()
-    assert decode_precision.cast_for_decoding(model, CPU) == (model, "fp32 weights: this CPU has no native bf16 matmul")
+    assert decode_cast(model) == (model, "fp32 weights: this CPU has no native bf16 matmul")
 
 
 def test_decode_ratio_is_measured_on_the_engine(one_thread: None) -> None:
     model = build_model(MICRO).eval()
-    ratio = decode_precision.measure_decode_ratio(model, copy.deepcopy(model).to(torch.bfloat16))
+    ratio = decode_timing.measure_decode_ratio(model, copy.deepcopy(model).to(torch.bfloat16))
     assert 0.05 < ratio < 20  # a real timing of both; which one wins is the machine's business
 
 
@@ -266,7 +273,7 @@ def test_load_for_generation_reports_its_decode_precision(tmp_path: Path, monkey
 
     monkeypatch.setattr(decode_precision, "native_bf16", lambda flags=None: "AVX512-BF16")
     monkeypatch.setattr(decode_precision, "MIN_MEASURED_BYTES", 0)
-    monkeypatch.setattr(decode_precision, "measure_decode_ratio", lambda a, b: 1.5)
+    monkeypatch.setattr(decode_timing, "measure_decode_ratio", lambda a, b: 1.5)
     model, _, meta = load_for_generation(str(make_run(tmp_path)), device="cpu")
     assert next(model.parameters()).dtype == torch.bfloat16 and "1.50x faster" in meta["decode_precision"]
     calls: list[tuple[type, type]] = []
@@ -275,7 +282,7 @@ def test_load_for_generation_reports_its_decode_precision(tmp_path: Path, monkey
         calls.append((type(fp32_model.blocks[0].mlp.up), next(bf16_model.buffers()).dtype))
         return 1.5
 
-    monkeypatch.setattr(decode_precision, "measure_decode_ratio", ratio)
+    monkeypatch.setattr(decode_timing, "measure_decode_ratio", ratio)
     model, _, meta = load_for_generation(str(make_run(tmp_path, name="int8")), int8=True, device="cpu")
     # the int8 model is measured under its own key: int8 rows stay int8, the activations become bf16
     assert meta["decode_precision"].startswith("int8 weights, bf16 activations") and len(calls) == 1

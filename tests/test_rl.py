@@ -18,7 +18,8 @@ from tinylm.checkpoint import list_checkpoints, load_model, read_weights
 from tinylm.cli.main import main
 from tinylm.stages.pretrain import pretrain
 from tinylm.stages.rl.algorithms import algorithms
-from tinylm.stages.rl.stage import RLConfig, RLStage
+from tinylm.stages.rl.config import RLConfig
+from tinylm.stages.rl.stage import RLStage
 from tinylm.tasks.task import Example
 from tinylm.train.loop import run_training
 

@@ -5,6 +5,9 @@ The root is `$TINYLM_HOME` if set (tests point it at a temporary folder), else t
 `data/<corpus>-<tokenizer>`, e.g. `data/pystdlib-bpe4096`. Names that come from paths (a local
 corpus, a tokenizer file) get a short hash of the absolute path, so two folders both called `data`
 never share an output folder.
+
+This module is a leaf (the standard library and tinylm.errors only), since data, tokenizer and
+runtime all find their folders here; so it holds the grammar of an `hf:` corpus name itself.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import hashlib
 import os
 import re
 from pathlib import Path
+
+from tinylm.errors import TinyLMError
 
 
 def tinylm_home() -> Path:
@@ -35,13 +40,22 @@ def _path_slug(path: str) -> str:
     return f"{_clean(Path(absolute).stem or 'root')}-{digest}"
 
 
+def parse_hf_spec(spec: str) -> tuple[str, str | None, str]:
+    """`hf:NAME[:CONFIG][:SPLIT]` -> (name, config or None, split)."""
+    parts = spec[len("hf:"):].split(":")
+    if len(parts) > 3 or not parts[0].strip():
+        raise TinyLMError(f"bad corpus {spec!r}: expected hf:NAME[:CONFIG][:SPLIT]")
+    name = parts[0].strip()
+    config = parts[1].strip() if len(parts) > 1 and parts[1].strip() else None
+    split = parts[2].strip() if len(parts) > 2 and parts[2].strip() else "train"
+    return name, config, split
+
+
 def corpus_slug(corpus: str) -> str:
     """Folder-name part for a corpus: `pystdlib`, `hf-NAME-CONFIG-SPLIT`, or `<name>-<hash>` for a path."""
     if corpus == "pystdlib":
         return corpus
     if corpus.startswith("hf:"):
-        from tinylm.data.hf import parse_hf_spec
-
         name, config, split = parse_hf_spec(corpus)
         return "hf-" + _clean(f"{name}-{config or 'default'}-{split}")
     return _path_slug(corpus)

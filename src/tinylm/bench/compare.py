@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tinylm.bench.variants import VARIANTS, variant_overrides
 from tinylm.errors import TinyLMError, io_failure
+from tinylm.metrics import read_metrics
+from tinylm.models.factory import build_model
+from tinylm.presets import preset_config
+from tinylm.stages.pretrain import PretrainStage
+from tinylm.train.config import TrainConfig
+from tinylm.train.loop import run_training
 
 MAX_STEPS_FOR_TIME_BUDGET = 10**9  # the time budget, not the step count, ends these runs
 
@@ -40,8 +47,6 @@ class Candidate:
 
 def candidates_for(preset: str, archs: list[str], variants: list[str], common: dict[str, Any]) -> list[Candidate]:
     """The baseline of each arch, then one modern model per variant (the variant table is in variants.py)."""
-    from tinylm.bench.variants import VARIANTS, variant_overrides
-    from tinylm.presets import preset_config
 
     out = []
     for arch in archs:
@@ -78,8 +83,6 @@ def _model_sizes(preset: str, candidate: Candidate) -> tuple[int, int]:
     """(total, active) parameters, counted on the meta device: nothing is allocated."""
     import torch
 
-    from tinylm.models.factory import build_model
-    from tinylm.presets import preset_config
 
     with torch.device("meta"):
         model = build_model(preset_config(preset, candidate.arch, **candidate.overrides))
@@ -89,8 +92,6 @@ def _model_sizes(preset: str, candidate: Candidate) -> tuple[int, int]:
 def dev_curve(run_dir: Path) -> list[dict[str, float]]:
     """[{step, tokens, seconds, dev_loss}] from metrics.jsonl; seconds interpolated from the training rows."""
     import numpy as np
-
-    from tinylm.metrics import read_metrics
 
     rows = read_metrics(run_dir)
     timed = sorted((r["step"], r["elapsed_s"]) for r in rows if "elapsed_s" in r)
@@ -102,9 +103,6 @@ def dev_curve(run_dir: Path) -> list[dict[str, float]]:
 
 def run_compare(opts: CompareOptions, say=lambda line: None) -> dict[str, Any]:
     """Train every candidate for every seed under the same budget; write compare.md/png/json into opts.out."""
-    from tinylm.stages.pretrain import PretrainStage
-    from tinylm.train.config import TrainConfig
-    from tinylm.train.loop import run_training
 
     if (opts.steps is None) == (opts.time_budget is None):
         raise TinyLMError("give exactly one budget: --steps N (equal steps) or --time-budget SECONDS (equal time)")

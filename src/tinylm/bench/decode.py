@@ -16,6 +16,7 @@ from torch import nn
 
 from tinylm.inference.engine import Engine
 from tinylm.inference.sampling import GREEDY
+from tinylm.interop.hf import to_hf_model
 
 
 def _prompt(model: nn.Module, prompt_len: int, batch_size: int) -> list[list[int]]:
@@ -52,8 +53,6 @@ def decode_tokens_per_s(
 
 def hf_decode_tokens_per_s(model: nn.Module, new_tokens: int = 256, prompt_len: int = 8, repeats: int = 3) -> float:
     """The same measurement with `transformers` `generate` (cached greedy) on the same weights, batch 1."""
-    from tinylm.interop.hf import to_hf_model
-
     hf = to_hf_model(model).to(next(model.parameters()).dtype).eval()  # the same weight dtype as ours
     ids = torch.tensor(_prompt(model, prompt_len, 1), device=next(model.parameters()).device)
     hf = hf.to(ids.device)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from tinylm.bench.timing import Measurement, rate
+from tinylm.data.loader import BatchLoader
 
 
 def write_random_shard(folder: Path, n_tokens: int, vocab_size: int, seed: int = 0) -> Path:
@@ -30,11 +31,6 @@ def write_random_shard(folder: Path, n_tokens: int, vocab_size: int, seed: int =
 def loader_cost(batch_size: int, seq_len: int, vocab_size: int, repeats: int,
                 step_tokens_per_s: float | None, batches_per_repeat: int = 50) -> dict[str, Any]:
     """Loader tokens/s and its fraction of a step (given the training rate measured just before)."""
-    try:
-        from tinylm.data.loader import BatchLoader
-    except ImportError as exc:
-        return {"loader_tokens_per_s": None, "loader_fraction_of_step": None,
-                "loader_error": f"data loader not available: {exc}"}
     with tempfile.TemporaryDirectory() as folder:
         path = write_random_shard(Path(folder), max(1 << 20, 4 * batch_size * (seq_len + 1)), vocab_size)
         tokens_on_disk = np.memmap(path, dtype=np.uint16 if vocab_size < 1 << 16 else np.uint32, mode="r")

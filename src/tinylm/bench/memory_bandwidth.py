@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from tinylm.bench.timing import Measurement, rate
+from tinylm.inference.int8 import Int8Linear
 
 
 def read_bandwidth(device: torch.device, megabytes: int = 512, repeats: int = 5) -> float:
@@ -30,8 +31,6 @@ def weight_bytes(model: nn.Module) -> int:
 
     int8 layers keep their rows and scales as buffers (`inference/int8.py`); they are read too.
     """
-    from tinylm.inference.int8 import Int8Linear
-
     int8 = sum(t.numel() * t.element_size() for m in model.modules() if isinstance(m, Int8Linear)
                for t in (m.qweight, m.scale))
     return int8 + sum(p.numel() * p.element_size() for p in model.parameters())

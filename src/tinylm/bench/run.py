@@ -17,10 +17,24 @@ from typing import Any
 
 import torch
 
+from tinylm.bench.decode import decode_tokens_per_s, hf_decode_tokens_per_s
+from tinylm.bench.loader_cost import loader_cost
 from tinylm.bench.matmul_peak import DTYPE_NAMES, matmul_peak_flops
+from tinylm.bench.memory_bandwidth import read_bandwidth, weight_bytes
+from tinylm.bench.profile import format_profile, profile_step
 from tinylm.bench.timing import Measurement, interleaved, ratio
+from tinylm.bench.tokenize import tokenizer_speed
+from tinylm.bench.train_step import StepSetup, random_batch, reference_model, reference_step, tinylm_step
 from tinylm.errors import TinyLMError
+from tinylm.inference.decode_timing import cast_measuring_decode
+from tinylm.inference.int8 import quantize_int8
+from tinylm.models.accounting import attention_flops_per_token
+from tinylm.models.factory import build_model
+from tinylm.presets import preset_config
+from tinylm.runtime.attention_policy import choose_attention, use_attention_kernel
+from tinylm.runtime.device import configure_backends, describe, peak_flops, pick_device
 from tinylm.runtime.measure_cache import cpu_model_name
+from tinylm.runtime.precision import choose_precision, native_bf16
 
 SECTIONS: tuple[str, ...] = ("matmul", "decode", "train", "loader", "tokenizer")
 
@@ -57,11 +71,6 @@ def _median(m: Measurement | None) -> float | None:
 
 def run_bench(opts: BenchOptions, say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Measure what `opts.sections` name; returns the JSON-ready result (see docs/benchmarks.md for the keys)."""
-    from tinylm.models.accounting import attention_flops_per_token
-    from tinylm.models.factory import build_model
-    from tinylm.presets import preset_config
-    from tinylm.runtime.device import configure_backends, describe, peak_flops, pick_device
-    from tinylm.runtime.precision import choose_precision, native_bf16
 
     unknown = sorted(set(opts.sections) - set(SECTIONS))
     if unknown:
@@ -77,7 +86,7 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = lambda line: None
     if not 2 <= seq_len <= config.context_length:
         raise TinyLMError(f"--seq-len must be in [2, context_length={config.context_length}] (got {seq_len})")
     precision = choose_precision(device, opts.dtype, config, opts.batch_size, seq_len)
-    dtype = precision.dtype
+    dtype = precision.value
     say(f"dtype: {precision.reason}")
 
     torch.manual_seed(opts.seed)
@@ -118,7 +127,6 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = lambda line: None
 
     if "loader" in opts.sections:
         say("data loader ...")
-        from tinylm.bench.loader_cost import loader_cost
 
         step_rate = result.get("train_tokens_per_s")
         result.update(loader_cost(opts.batch_size, seq_len, config.vocab_size, opts.repeats,
@@ -126,7 +134,6 @@ def run_bench(opts: BenchOptions, say: Callable[[str], None] = lambda line: None
 
     if "tokenizer" in opts.sections:
         say("tokenizer ...")
-        from tinylm.bench.tokenize import tokenizer_speed
 
         result.update(tokenizer_speed(opts.repeats))
     return result
@@ -148,8 +155,6 @@ def _decoding_model(model: torch.nn.Module, opts: BenchOptions, device: torch.de
 
     With `opts.int8` the copy's linear layers are int8 (`generate --int8`) and the dtype is its activations'.
     """
-    from tinylm.inference.int8 import quantize_int8
-    from tinylm.runtime.decode_precision import cast_for_decoding
 
     twin = copy.deepcopy(model)
     what = "weights"
@@ -157,7 +162,8 @@ def _decoding_model(model: torch.nn.Module, opts: BenchOptions, device: torch.de
         quantize_int8(twin)
         what = "activations, int8 weights"
     if opts.dtype == "auto":
-        return cast_for_decoding(twin, device)
+        decoding, choice = cast_measuring_decode(twin, device)
+        return decoding, choice.reason
     if dtype == torch.float32:
         return twin, f"fp32 {what}: --dtype fp32"
     return twin.to(dtype), f"{DTYPE_NAMES[dtype]} {what}: --dtype {opts.dtype}"
@@ -166,8 +172,6 @@ def _decoding_model(model: torch.nn.Module, opts: BenchOptions, device: torch.de
 def _decode(model: torch.nn.Module, opts: BenchOptions, context: int, device: torch.device,
             dtype: torch.dtype) -> dict[str, Any]:
     """Greedy cached decoding at batch 1, tinylm's engine vs `transformers` generate, alternating."""
-    from tinylm.bench.decode import decode_tokens_per_s, hf_decode_tokens_per_s
-    from tinylm.bench.memory_bandwidth import read_bandwidth, weight_bytes
 
     decoding, reason = _decoding_model(model, opts, device, dtype)
     decode_dtype = next(decoding.parameters()).dtype
@@ -199,12 +203,10 @@ def _decode(model: torch.nn.Module, opts: BenchOptions, context: int, device: to
 
 def _train(model: torch.nn.Module, opts: BenchOptions, device: torch.device, dtype: torch.dtype, seq_len: int,
            peak: float | None, n_matmul: int) -> dict[str, Any]:
-    from tinylm.bench.train_step import StepSetup, random_batch, reference_model, reference_step, tinylm_step
-    from tinylm.runtime.attention_policy import choose_attention, use_attention_kernel
 
     setup = StepSetup(opts.batch_size, seq_len, device, dtype, opts.compile)
     attention = choose_attention(opts.attention, model.config, opts.batch_size, seq_len, dtype, device)
-    use_attention_kernel(model, attention.kernel)
+    use_attention_kernel(model, attention.value)
     batch = random_batch(model.config.vocab_size, setup, opts.seed)
     reference_error = None
     hf = None
@@ -227,15 +229,13 @@ def _train(model: torch.nn.Module, opts: BenchOptions, device: torch.device, dty
         "train_tokens_per_s": mine.median, "train": mine.to_dict(),
         "reference_train_tokens_per_s": _median(ref), "reference_train": _measured(ref),
         "train_ratio_vs_transformers": ratio(mine, ref), "train_reference_error": reference_error,
-        "attention_kernel": attention.kernel, "attention_reason": attention.reason,
+        "attention_kernel": attention.value, "attention_reason": attention.reason,
         "reference_model": None if hf is None else type(hf).__name__,
         "mfu": mfu(mine, 6 * n_matmul),
         "mfu_with_attention": mfu(mine, model.flops_per_token(seq_len)),
         "reference_mfu": mfu(ref, 6 * n_matmul),
     }
     if opts.profile:
-        from tinylm.bench.profile import profile_step
-
         out["profile"] = {name: profile_step(step) for name, step in steps.items()}
     return out
 
@@ -297,8 +297,6 @@ def format_table(result: dict[str, Any]) -> str:
         if result.get(key):
             lines.append(f"note ({key}): {result[key]}")
     if "profile" in result:
-        from tinylm.bench.profile import format_profile
-
         lines += ["", *(format_profile(name, prof) for name, prof in result["profile"].items())]
     return "\n".join(lines)
 

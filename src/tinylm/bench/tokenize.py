@@ -17,6 +17,8 @@ from typing import Any
 import torch
 
 from tinylm.bench.timing import interleaved, ratio
+from tinylm.tokenizer.tiktoken_bridge import tiktoken_from_hf
+from tinylm.tokenizer.train import train_bpe
 
 SKIPPED_FOLDERS = {"test", "tests", "idle_test", "site-packages"}
 
@@ -43,8 +45,6 @@ def tokenizer_speed(repeats: int, vocab_size: int = 4096, train_bytes: int = 2 <
                     encode_bytes: int = 4 << 20) -> dict[str, Any]:
     from tokenizers import Tokenizer as HFTokenizer
 
-    from tinylm.tokenizer.tiktoken_bridge import tiktoken_from_hf
-    from tinylm.tokenizer.train import train_bpe
 
     tokenizer = train_bpe(stdlib_text(train_bytes), vocab_size)
     docs = stdlib_text(encode_bytes)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tinylm.interop.hf import to_hf_model
 from tinylm.runtime.compile_policy import compile_blocks
 from tinylm.runtime.device import autocast
 from tinylm.train.optim import build_optimizer
@@ -76,8 +77,6 @@ def tinylm_step(model: nn.Module, setup: StepSetup, batch: tuple[torch.Tensor, t
 
 def reference_model(model: nn.Module, device: torch.device) -> nn.Module:
     """The `transformers` model equal to `model` (same weights), in training mode, using SDPA attention."""
-    from tinylm.interop.hf import to_hf_model
-
     hf = to_hf_model(model)
     hf.config._attn_implementation = "sdpa"  # what tinylm's attention uses too; the fastest built-in
     return hf.to(device).train()

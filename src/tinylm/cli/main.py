@@ -1,7 +1,9 @@
-"""The `tinylm` command line: one subcommand per stage, each living in `tinylm/commands/NAME.py`.
+"""The `tinylm` command line: one subcommand per stage of the stage table, and the tools around them.
 
-A command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`. Command
-modules import heavy libraries (torch, tokenizers) inside `run`, so `tinylm --help` stays instant.
+A command module (cli/commands/NAME.py) defines `HELP` (one line), `add_arguments(parser)` and
+`run(args) -> int`. A training stage needs no module: every row of the stage table (stages/__init__.py)
+is a command whose flags are generated from its config's option fields (cli/run_stage.py); a module
+for it adds only its --help examples and closing lines.
 Every option can also come from a TOML or JSON file given with `--config FILE` (keys are option
 names, with dashes or underscores), checked as the flags are (see options_file.py); options on the
 command line win. User mistakes surface as one line on stderr and a non-zero exit, never a
@@ -13,21 +15,40 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
+from tinylm.cli.run_stage import add_stage_arguments, run_stage_command
 from tinylm.errors import CLOSED_PIPE_EXIT, TinyLMError, error_prefix, silence_closed_stdout, user_message
 from tinylm.options_file import apply_options, load_options_file
+from tinylm.stages import STAGES, StageSpec, command_of, stage_of_command
 
-COMMANDS: tuple[str, ...] = (
-    "prepare", "train", "sft", "dpo", "reward", "generate", "chat", "report", "bench", "compare", "plot", "export",
-    "import", "serve", "rl", "eval", "pipeline",
-)
+TOOLS: tuple[str, ...] = ("generate", "chat", "eval", "serve", "export", "import", "report", "bench", "compare",
+                          "plot", "pipeline")
+COMMANDS: tuple[str, ...] = ("prepare", *(command_of(name) for name in STAGES), *TOOLS)
 
 
-def _command_module(name: str):
+class StageCommand:
+    """A stage of the table as a command, for a stage with no cli/commands module of its own."""
+
+    def __init__(self, spec: StageSpec) -> None:
+        self.spec, self.HELP, self.__doc__ = spec, spec.help, spec.help
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        add_stage_arguments(parser, self.spec)
+
+    def run(self, args: argparse.Namespace) -> int:
+        return run_stage_command(args, self.spec)
+
+
+def _command_module(name: str) -> Any:
     module = f"{name}_cmd" if name == "import" else name
-    return importlib.import_module(f"tinylm.cli.commands.{module}")
+    try:
+        return importlib.import_module(f"tinylm.cli.commands.{module}")
+    except ModuleNotFoundError as exc:
+        spec = stage_of_command(name)
+        if spec is None or exc.name != f"tinylm.cli.commands.{module}":
+            raise
+        return StageCommand(spec)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -42,7 +63,7 @@ class UsageError(TinyLMError):
     """A command line argparse refused: exit status 2, as argparse's own."""
 
 
-def _built_module(name: str) -> ModuleType | None:
+def _built_module(name: str) -> Any:
     """A command's module, or None for a stage not built yet."""
     try:
         return _command_module(name)
@@ -52,11 +73,11 @@ def _built_module(name: str) -> ModuleType | None:
         raise
 
 
-def _available_modules() -> dict[str, ModuleType]:
+def _available_modules() -> dict[str, Any]:
     return {name: module for name in COMMANDS if (module := _built_module(name)) is not None}
 
 
-def _fill(parser: argparse.ArgumentParser, module: ModuleType) -> argparse.ArgumentParser:
+def _fill(parser: argparse.ArgumentParser, module: Any) -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE", help="read options from a TOML or JSON file")
     module.add_arguments(parser)
     parser.set_defaults(_run=module.run)

@@ -12,8 +12,29 @@ import argparse
 import math
 from collections.abc import Callable
 
-SEED_LIMIT = 2**32  # numpy's RandomState and torch accept any seed in [0, 2**32)
-COUNT_LIMIT = 2**31 - 1  # a count beyond this is a typo, and overflows int32 indexing anyway
+from tinylm.options import COUNT_LIMIT, SEED
+
+
+def plain_int(text: str) -> int:
+    """An integer, range unchecked (a config's own validation checks it)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+plain_int.__name__ = "int"
+
+
+def plain_float(text: str) -> float:
+    """A number, range unchecked (a config's own validation checks it, nan and inf included)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+plain_float.__name__ = "float"
 
 
 def bounded_int(low: int, high: int, what: str = "") -> Callable[[str], int]:
@@ -51,7 +72,7 @@ def bounded_float(low: float, high: float = math.inf, low_open: bool = False) ->
     return parse
 
 
-seed = bounded_int(0, SEED_LIMIT - 1, "what numpy and torch accept as a seed")
+seed = bounded_int(int(SEED.low or 0), int(SEED.high or 0), SEED.reason)  # the --seed option's own range
 
 
 def seed_list(text: str) -> list[int]:
@@ -62,4 +83,3 @@ def seed_list(text: str) -> list[int]:
     return [seed(part) for part in parts]
 
 count = bounded_int(1, COUNT_LIMIT)
-threads = bounded_int(1, 4096)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from tinylm.metrics import read_metrics
+
 Shown = tuple[tuple[str, str, str], ...]  # (metric key, label, format)
 
 
 def first_evaluation(run_dir: str) -> dict[str, float]:
     """The step-0 evaluation the run logged (the starting model's scores)."""
-    from tinylm.metrics import read_metrics
-
     for row in read_metrics(run_dir):
         if row.get("step") == 0:
             return {k: v for k, v in row.items() if isinstance(v, float)}

@@ -1,6 +1,6 @@
 """A corpus: an ordered, re-readable stream of documents, whatever `--corpus` named.
 
-`open_corpus` turns the spec into a `Corpus`, checking everything that can be checked without
+`sources.open_corpus` turns the spec into a `Corpus`, checking everything that can be checked without
 reading the text (the path exists, the files have a known kind, the `datasets` library is there),
 so a typo fails in milliseconds. Reading happens later through `documents()`, which can be
 called more than once: prepare reads the train split once to train the BPE, then everything once
@@ -55,21 +55,3 @@ class Corpus:
             else:
                 self.stats.empty += 1
 
-
-def open_corpus(spec: str, text_field: str = "text") -> Corpus:
-    """The corpus `spec` names; TinyLMError (one line) when it cannot exist."""
-    from tinylm.errors import TinyLMError
-
-    if not isinstance(spec, str) or not spec.strip():
-        raise TinyLMError("--corpus is empty: give pystdlib, a path, a glob or hf:NAME")
-    if spec == "pystdlib":
-        from tinylm.data.pystdlib import pystdlib_corpus
-
-        return pystdlib_corpus()
-    if spec.startswith("hf:"):
-        from tinylm.data.hf import hf_corpus
-
-        return hf_corpus(spec, text_field)
-    from tinylm.data.files import local_corpus
-
-    return local_corpus(spec, text_field)

@@ -22,20 +22,10 @@ from typing import Any
 from tinylm.data.corpus import Corpus, ReadStats
 from tinylm.data.text import clean_string
 from tinylm.errors import TinyLMError
+from tinylm.paths import parse_hf_spec  # its home is the leaf paths.py, which names folders after the spec
 
 FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".txt": "text",
                  ".arrow": "arrow"}
-
-
-def parse_hf_spec(spec: str) -> tuple[str, str | None, str]:
-    """`hf:NAME[:CONFIG][:SPLIT]` -> (name, config or None, split)."""
-    parts = spec[len("hf:"):].split(":")
-    if len(parts) > 3 or not parts[0].strip():
-        raise TinyLMError(f"bad corpus {spec!r}: expected hf:NAME[:CONFIG][:SPLIT]")
-    name = parts[0].strip()
-    config = parts[1].strip() if len(parts) > 1 and parts[1].strip() else None
-    split = parts[2].strip() if len(parts) > 2 and parts[2].strip() else "train"
-    return name, config, split
 
 
 def _offline() -> bool:
@@ -50,7 +40,7 @@ def _one_line(exc: BaseException) -> str:
 
 def _open(name: str, config: str | None, split: str) -> Any:
     """The dataset split as an iterable of row dicts (a saved folder, local files, or a Hub stream)."""
-    import datasets
+    import datasets  # optional extra: hf_corpus has checked it is installed
 
     folder = Path(name).expanduser()
     if (folder / "state.json").is_file() or (folder / "dataset_dict.json").is_file():
@@ -83,7 +73,7 @@ def _fingerprint(spec: str, name: str) -> str:
 def hf_corpus(spec: str, text_field: str = "text") -> Corpus:
     name, config, split = parse_hf_spec(spec)
     try:
-        import datasets
+        import datasets  # optional extra: pip install 'tinylm[datasets]'
     except ImportError:
         raise TinyLMError(f"--corpus {spec} needs the datasets library: "
                           "pip install 'tinylm[datasets]'") from None

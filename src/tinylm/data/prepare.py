@@ -34,18 +34,22 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.data.chunks import MAX_DOCUMENT_CHARS, cut_documents
-from tinylm.data.corpus import Corpus, open_corpus
+from tinylm.data.corpus import Corpus
 from tinylm.data.corpus_report import check_replacements, replacement_note, skipped_note
 from tinylm.data.encode import encode_corpus
 from tinylm.data.long_runs import MAX_RUN_CHARS, cut_long_runs
 from tinylm.data.progress import Heartbeat, Progress
 from tinylm.data.shards import SPLITS, TOKENIZER_FILE, check_data_dir, shard_dtype
+from tinylm.data.sources import open_corpus
 from tinylm.data.split import is_dev
 from tinylm.data.staging import ShardWriter, Staging
 from tinylm.data.tail_split import dev_tail_length, needs_tail, split_as_tail
 from tinylm.errors import TinyLMError
 from tinylm.paths import default_data_dir
+from tinylm.tokenizer.load import load_tokenizer
+from tinylm.tokenizer.r50k import load_r50k
 from tinylm.tokenizer.tokenizer import Tokenizer
+from tinylm.tokenizer.train import check_vocab_size
 
 FORMAT = 1
 TOKENIZER_TRAIN_BYTES = 1 << 30
@@ -59,8 +63,6 @@ def _say(message: str | None, enabled: bool = True) -> None:
 
 def _check_options(tokenizer: str, vocab_size: int, dev_fraction: float, context_length: int,
                    max_document_chars: int) -> None:
-    from tinylm.tokenizer.train import check_vocab_size
-
     if tokenizer == "bpe":
         check_vocab_size(vocab_size)
     number = isinstance(dev_fraction, int | float) and not isinstance(dev_fraction, bool)
@@ -77,13 +79,9 @@ def _fixed_tokenizer(spec: str) -> Tokenizer | None:
     if spec == "bpe":
         return None
     if spec == "r50k":
-        from tinylm.tokenizer.r50k import load_r50k
-
         return load_r50k()
     if not Path(spec).expanduser().exists():
         raise TinyLMError(f"--tokenizer {spec}: not bpe, r50k or an existing tokenizer.json file or folder")
-    from tinylm.tokenizer import load_tokenizer
-
     return load_tokenizer(Path(spec).expanduser())
 
 
@@ -128,6 +126,7 @@ def _tokenizer_texts(documents: Iterable[str], dev_fraction: float, bar: Progres
 
 def _train_tokenizer(source: Corpus, vocab_size: int, dev_fraction: float, max_document_chars: int,
                      allow_invalid_utf8: bool, progress: bool) -> Tokenizer:
+    # looked up per call, not at the top: tests/test_data_long_runs.py spies on tinylm.tokenizer.train.train_bpe
     from tinylm.tokenizer.train import train_bpe
 
     start = time.perf_counter()

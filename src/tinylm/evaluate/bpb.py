@@ -19,8 +19,11 @@ import torch
 from torch import nn
 
 from tinylm.checkpoint import TOKENIZER
+from tinylm.data.loader import iter_sequential
+from tinylm.data.shards import read_sidecar
 from tinylm.errors import TinyLMError
 from tinylm.evaluate.dev_loss import bits_per_byte, evaluate
+from tinylm.tokenizer import load_tokenizer
 from tinylm.tokenizer.tokenizer import Tokenizer
 
 
@@ -47,9 +50,6 @@ def check_same_ids(data_tokenizer: Tokenizer, tokenizer: Tokenizer, data_dir: Pa
 def corpus_bpb(model: nn.Module, tokenizer: Tokenizer, data_dir: str | Path, batch_size: int = 8,
                max_batches: int = 20, seq_len: int | None = None) -> dict[str, float]:
     """{"bpb", "loss"} of `model` on the first `max_batches` dev batches of a prepared data folder."""
-    from tinylm.data.loader import iter_sequential
-    from tinylm.data.shards import read_sidecar
-    from tinylm.tokenizer import load_tokenizer
 
     data_dir = Path(data_dir)
     if not (data_dir / "dev.bin").is_file() or not (data_dir / TOKENIZER).is_file():

@@ -29,6 +29,7 @@ from torch import nn
 
 from tinylm.errors import TinyLMError
 from tinylm.evaluate.loglikelihood import score_continuations
+from tinylm.tasks.rows import read_rows
 from tinylm.tokenizer.tokenizer import Tokenizer
 
 DELIMITER = " "  # lm-eval's default target_delimiter between context and choice
@@ -87,8 +88,6 @@ LAYOUTS: dict[str, Callable[[dict[str, Any]], Question]] = {"hellaswag": _hellas
 
 def load_questions(layout: str, source: str, limit: int | None = None) -> list[Question]:
     """The questions of a JSONL file (or `hf:` dataset) in `layout`; a malformed row is one line naming file:line."""
-    from tinylm.evaluate.rows import read_rows
-
     if layout not in LAYOUTS:
         raise TinyLMError(f"unknown multiple-choice layout {layout!r} (known: {', '.join(LAYOUTS)})")
     questions = []

@@ -23,7 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tinylm.errors import TinyLMError
+from tinylm.checkpoint import read_checkpoint_config, resolve_checkpoint
+from tinylm.config import ModelConfig
+from tinylm.errors import TinyLMError, io_failure
+from tinylm.evaluate.run import read_evaluations
+from tinylm.metrics import METRICS, read_metrics
+from tinylm.models.factory import build_model
 
 REPORT_MD, REPORT_HTML = "report.md", "report.html"
 CURVES = {  # figure -> the metric keys drawn in it, when the run logged them
@@ -54,8 +59,6 @@ def _number(value: Any, digits: int = 4) -> str:
 def _model_section(meta: dict[str, Any]) -> Section:
     import torch
 
-    from tinylm.config import ModelConfig
-    from tinylm.models.factory import build_model
 
     config = ModelConfig.from_dict(meta["model"])
     with torch.device("meta"):
@@ -147,9 +150,6 @@ def _evals_sections(evaluations: list[dict[str, Any]]) -> list[Section]:
 
 
 def gather(run: Path) -> tuple[str, list[Section]]:
-    from tinylm.checkpoint import read_checkpoint_config, resolve_checkpoint
-    from tinylm.evaluate.run import read_evaluations
-    from tinylm.metrics import METRICS, read_metrics
 
     checkpoint = resolve_checkpoint(run)
     meta = read_checkpoint_config(checkpoint)
@@ -209,8 +209,6 @@ def to_html(title: str, sections: list[Section]) -> str:
 
 def write_card(folder: Path, title: str, sections: list[Section]) -> Path:
     """Write folder/report.md (figures as report-NAME.png beside it) and folder/report.html; the HTML's path."""
-    from tinylm.errors import io_failure
-
     files = {name: f"report-{name}.png" for s in sections for name, _ in s.figures}
     try:
         for s in sections:

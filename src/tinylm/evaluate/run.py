@@ -13,8 +13,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tinylm.checkpoint import TOKENIZER, load_model
 from tinylm.errors import TinyLMError
+from tinylm.evaluate.core import core_score
 from tinylm.evaluate.tasks import EvalOptions, EvalTask, Subject, TaskResult, run_tasks
+from tinylm.runtime.rng import seed_everything
 
 EVALS = "evals.jsonl"
 
@@ -44,8 +47,6 @@ class Evaluation:
 def load_subject(checkpoint: str | Path) -> Subject:
     """The checkpoint's model (CPU, eval mode; LoRA adapters folded into their base) and tokenizer; one clear
     line when it cannot be evaluated."""
-    from tinylm.checkpoint import TOKENIZER, load_model
-
     model, tokenizer, meta = load_model(checkpoint)
     if tokenizer is None:
         raise TinyLMError(f"checkpoint {meta['path']} has no {TOKENIZER}: evaluation needs the model's tokenizer")
@@ -54,8 +55,6 @@ def load_subject(checkpoint: str | Path) -> Subject:
 
 def evaluate_checkpoint(checkpoint: str | Path, tasks: list[EvalTask], options: EvalOptions | None = None
                         ) -> Evaluation:
-    from tinylm.evaluate.core import core_score
-    from tinylm.runtime.rng import seed_everything
 
     options = options or EvalOptions()
     options.validate()

@@ -2,17 +2,18 @@
 
     bpb                      bits per byte on the dev split of the corpus the model was pretrained on
     bpb:DIR                  ... of a prepared data folder
-    builtin:NAME[?k=v&...]   a built-in task's held-out split, greedy exact-match (and pass@k on request),
-                             named as in training (builtin:arith, builtin:docstring)
-    code                     write small functions; replies run against tests in the sandbox
-    gsm8k:FILE               GSM8K-layout JSONL (answer after ####)
+    builtin:NAME[?k=v&...]   a task's held-out split, greedy exact-match (and pass@k on request), named
+                             as in training (builtin:arith, builtin:docstring, builtin:code, ...)
+    code                     builtin:code: write small functions; replies run against tests in the sandbox
+    gsm8k:FILE               GSM8K-layout JSONL (answer after ####), every row held out
     hellaswag:FILE, arc:FILE, mmlu:FILE
                              multiple choice by log-likelihood: acc and acc_norm
-    prefs:builtin:NAME       preference accuracy: how often the model gives the verified answer of a
-                             held-out pair more probability than the wrong one
+    prefs:TASK               preference accuracy: how often the model gives the verified answer of a
+                             held-out pair of a task spec more probability than the task's wrong one
 
-FILE may be `hf:NAME?config=C&split=S` where a network is at hand. Multiple-choice tasks also feed the
-chance-centred aggregate `core` (`core.py`).
+Which specs name a task, and which task, is `tasks/registry.py`'s alone; this module only adds the
+kinds that are not tasks. FILE may be `hf:NAME?config=C&split=S` where a network is at hand.
+Multiple-choice tasks also feed the chance-centred aggregate `core` (`core.py`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ import torch
 from torch import nn
 
 from tinylm.errors import TinyLMError
+from tinylm.evaluate.bpb import corpus_bpb, pretraining_data
+from tinylm.evaluate.exact_match import exact_match, pass_at_k
+from tinylm.evaluate.multiple_choice import load_questions, score_questions
+from tinylm.evaluate.preference_accuracy import preference_accuracy
+from tinylm.tasks.preference_pairs import preference_pairs
+from tinylm.tasks.registry import get_task, is_task_spec
 from tinylm.tasks.task import Task
+from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.tokenizer.tokenizer import Tokenizer
 
 CHOICE_LAYOUTS = ("hellaswag", "arc", "mmlu")
@@ -66,9 +74,7 @@ class Subject:
     meta: dict[str, Any]
 
     @cached_property
-    def chat(self) -> Any:
-        from tinylm.tokenizer.chat_format import ChatFormat
-
+    def chat(self) -> ChatFormat:
         return ChatFormat.from_tokenizer(self.tokenizer)
 
 
@@ -95,8 +101,6 @@ class BitsPerByte(EvalTask):
     data: Path | None  # None: the lineage's pretraining data
 
     def run(self, subject: Subject, options: EvalOptions) -> TaskResult:
-        from tinylm.evaluate.bpb import corpus_bpb, pretraining_data
-
         data = self.data or pretraining_data(subject.meta)
         result = corpus_bpb(subject.model, subject.tokenizer, data, options.batch_size, options.bpb_batches)
         return TaskResult(self.spec, result)
@@ -108,8 +112,6 @@ class Generative(EvalTask):
     task: Task
 
     def run(self, subject: Subject, options: EvalOptions) -> TaskResult:
-        from tinylm.evaluate.exact_match import exact_match, pass_at_k
-
         examples = self.task.examples("test", options.examples, options.seed)
         score = exact_match(subject.model, subject.chat, self.task, examples, options.max_new_tokens)
         metrics = {"exact_match": score.accuracy}
@@ -129,8 +131,6 @@ class MultipleChoice(EvalTask):
     questions: list[Any]
 
     def run(self, subject: Subject, options: EvalOptions) -> TaskResult:
-        from tinylm.evaluate.multiple_choice import score_questions
-
         scores = score_questions(subject.model, subject.tokenizer, self.questions[:options.examples],
                                  options.batch_size)
         return TaskResult(self.spec, {"acc": scores.accuracy, "acc_norm": scores.accuracy_norm}, chance=scores.chance)
@@ -142,9 +142,6 @@ class Preferences(EvalTask):
     task_spec: str
 
     def run(self, subject: Subject, options: EvalOptions) -> TaskResult:
-        from tinylm.evaluate.preference_accuracy import preference_accuracy
-        from tinylm.tasks.preference_pairs import preference_pairs
-
         pairs = preference_pairs(self.task_spec, "test", options.examples, options.seed)
         return TaskResult(self.spec, {"preference_accuracy": preference_accuracy(
             subject.model, subject.chat, pairs, options.batch_size)})
@@ -153,28 +150,16 @@ class Preferences(EvalTask):
 # ---- parsing ----------------------------------------------------------------------------------------
 def parse_task(spec: str) -> EvalTask:
     """The task a spec names, its files read and checked (TinyLMError: one line)."""
-    from tinylm.tasks.registry import get_task
-
     kind, _, rest = spec.partition(":")
     if spec == "bpb" or kind == "bpb":
         return BitsPerByte(spec, Path(rest) if rest else None)
-    if kind == "builtin":
-        return Generative(spec, get_task(spec))
-    if spec == "code":
-        from tinylm.tasks.code import CodeTask
-
-        return Generative(spec, CodeTask())
-    if kind == "gsm8k" and rest:
-        from tinylm.tasks.gsm8k import GSM8KTask
-
-        return Generative(spec, GSM8KTask(rest))
     if kind in CHOICE_LAYOUTS and rest:
-        from tinylm.evaluate.multiple_choice import load_questions
-
         return MultipleChoice(spec, kind, load_questions(kind, rest))
     if kind == "prefs" and rest:
         get_task(rest)  # an unknown task fails here, before the model loads
         return Preferences(spec, rest)
+    if is_task_spec(spec):
+        return Generative(spec, get_task(spec))
     raise TinyLMError(f"unknown evaluation task {spec!r}: known are {KNOWN}")
 
 

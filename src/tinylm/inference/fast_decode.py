@@ -3,7 +3,8 @@
 At batch 1 a small model spends most of a decode step in Python, not in arithmetic: every
 `nn.Module` call, view and tiny kernel launch costs microseconds, and one step of the `tiny` preset
 makes a few hundred of them. This file computes exactly what `ModernGPT.forward_hidden` + `lm_head`
-compute (tests/test_engine.py checks logits and greedy tokens against it), with fewer operations:
+compute (tests/test_fast_decode.py checks its logits against the model's for every test variant),
+with fewer operations:
 
 - q, k, v (and the output gate) come from one matrix product, gate and up from another: the weights
   are concatenated once, and the model's own parameters become views into the fused matrices, so no
@@ -28,8 +29,9 @@ compute (tests/test_engine.py checks logits and greedy tokens against it), with 
   (x x^T / D + eps, in float32) and the norm three kernels in all (`FastDecoder.norm`), 4 us (five
   and 6 us in bf16). Only the positions whose logits are wanted go through the final norm and `lm_head`.
 
-Multi-head latent attention keeps its own cache layout and goes through the model's generic path
-(`runners.ModelCacheRunner`).
+What it computes is declared per `ModelConfig` field in fast_decode_support.py; a model with a
+feature it does not handle (multi-head latent attention, with its own cache layout, or the classic
+architecture) goes through the model's generic path (`runners.ModelCacheRunner`) instead.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tinylm.inference.fast_decode_support import fast_decode_refusal
 from tinylm.inference.int8 import Int8Linear
 from tinylm.inference.packed_bf16 import can_pack, packed_linear
 from tinylm.models.modern.mask import attention_mask
@@ -51,9 +54,13 @@ ResidualProjection = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x,
 ROTATION_TABLE_BYTES = 32 << 20  # above this (long contexts x wide heads) one-token steps rotate elementwise
 
 
+def refusal(model: nn.Module) -> str | None:
+    """Why `FastDecoder` would not compute this model's logits exactly (one line), or None when it would."""
+    return fast_decode_refusal(getattr(model, "config", None))
+
+
 def supports_fast_decode(model: nn.Module) -> bool:
-    config = getattr(model, "config", None)
-    return config is not None and config.arch == "modern" and config.attention == "standard"
+    return refusal(model) is None
 
 
 def weight_product(weight: torch.Tensor) -> Projection:
@@ -156,8 +163,9 @@ class FastDecoder:
     """A KV-cached runner for standard-attention modern models: `extend` tokens, get their logits."""
 
     def __init__(self, model: nn.Module, batch_size: int, capacity: int | None = None) -> None:
-        if not supports_fast_decode(model):
-            raise ValueError("FastDecoder needs a modern model with standard attention")
+        reason = refusal(model)
+        if reason is not None:
+            raise ValueError(f"FastDecoder cannot decode this model: {reason}")
         c = model.config
         weight = model.token_embed.weight
         self.model, self.device, self.dtype = model, weight.device, weight.dtype

@@ -12,15 +12,16 @@ from typing import Any
 
 from torch import nn
 
+from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
+from tinylm.inference.decode_timing import cast_measuring_decode
+from tinylm.inference.int8 import quantize_int8
+from tinylm.runtime.device import pick_device
+from tinylm.tokenizer.chat_format import ChatFormat
 
 
 def load_for_generation(path: str, int8: bool = False, device: str = "auto") -> tuple[nn.Module, Any, dict[str, Any]]:
     """(model in eval mode, tokenizer, checkpoint metadata) for `tinylm generate` / `tinylm chat`."""
-    from tinylm.checkpoint import load_model
-    from tinylm.runtime.decode_precision import cast_for_decoding
-    from tinylm.runtime.device import pick_device
-
     target = pick_device(device)
     try:
         model, tokenizer, meta = load_model(path, device="cpu")
@@ -32,10 +33,9 @@ def load_for_generation(path: str, int8: bool = False, device: str = "auto") -> 
         raise TinyLMError(f"checkpoint {meta.get('path', path)} has no tokenizer.json: cannot turn text into tokens")
     model.eval()
     if int8:  # first: the activation dtype is then measured on the int8 model itself
-        from tinylm.inference.int8 import quantize_int8
-
         quantize_int8(model)
-    model, meta["decode_precision"] = cast_for_decoding(model, target)
+    model, decode = cast_measuring_decode(model, target)
+    meta["decode_precision"] = decode.reason
     return model.to(target).eval(), tokenizer, meta
 
 
@@ -48,6 +48,4 @@ def chat_format_of(tokenizer: Any, meta: dict[str, Any]) -> Any:
     """The chat format of a fine-tuned checkpoint (one that carries a chat template), or None for a base model."""
     if not meta.get("chat_template"):
         return None
-    from tinylm.tokenizer.chat_format import ChatFormat
-
     return ChatFormat.from_tokenizer(tokenizer)

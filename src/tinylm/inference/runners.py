@@ -3,7 +3,8 @@
     runner.extend(idx [B, T], positions=None, valid=None, last_only=True) -> logits [B, 1 or T, vocab]
     runner.length, runner.capacity, runner.truncate(n), runner.reset()
 
-- `FastDecoder` (fast_decode.py): KV cache + a lean forward, for standard-attention modern models.
+- `FastDecoder` (fast_decode.py): KV cache + a lean forward, for the modern models whose every feature
+  it handles (fast_decode_support.py); `runner_choice` names the feature when it declines one.
 - `ModelCacheRunner`: the model's own `forward_hidden` with its `KVCache` (every modern variant, MLA too).
 - `RecomputeRunner`: no cache at all; every call re-reads everything so far. The classic model works
   this way, and so does `use_cache=False`, the reference that cached decoding must match.
@@ -15,12 +16,13 @@ The engine and speculative decoding only ever talk to this interface.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
 from torch import nn
 
-from tinylm.inference.fast_decode import FastDecoder, supports_fast_decode
+from tinylm.inference.fast_decode import FastDecoder, refusal
 
 
 class Runner(Protocol):
@@ -98,11 +100,25 @@ class RecomputeRunner:
         self.padded = False
 
 
+RunnerFactory = Callable[[nn.Module, int, int | None], Runner]  # (model, batch_size, capacity) -> runner
+
+
+def runner_choice(model: nn.Module, use_cache: bool = True, fast: bool = True) -> tuple[RunnerFactory, str]:
+    """(the runner `make_runner` builds, one line saying which decode path that is and why), for callers to print."""
+    if not use_cache:
+        return RecomputeRunner, "uncached: every step re-reads the whole context (use_cache=False)"
+    if not hasattr(model, "new_cache"):
+        return RecomputeRunner, "uncached: every step re-reads the whole context (the model has no KV cache)"
+    if not fast:
+        return ModelCacheRunner, "the model's own forward with its KV cache (fast=False)"
+    reason = refusal(model)
+    if reason is not None:
+        return ModelCacheRunner, f"the model's own forward with its KV cache: {reason}"
+    return FastDecoder, "the fast decoder (fast_decode.py) with its KV cache"
+
+
 def make_runner(model: nn.Module, batch_size: int, capacity: int | None = None, use_cache: bool = True,
                 fast: bool = True) -> Runner:
     """The fastest runner the model supports (or the uncached reference when use_cache=False)."""
-    if not use_cache or not hasattr(model, "new_cache"):
-        return RecomputeRunner(model, batch_size, capacity)
-    if fast and supports_fast_decode(model):
-        return FastDecoder(model, batch_size, capacity)
-    return ModelCacheRunner(model, batch_size, capacity)
+    factory, _ = runner_choice(model, use_cache, fast)
+    return factory(model, batch_size, capacity)

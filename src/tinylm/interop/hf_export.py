@@ -21,10 +21,22 @@ from typing import Any
 
 import torch
 
+from tinylm.checkpoint.layout import TOKENIZER, tied_aliases
+from tinylm.checkpoint.load import adapter_parts
+from tinylm.checkpoint.read import (
+    checkpoint_model_config,
+    full_state_dict,
+    read_checkpoint_config,
+    read_weights,
+    resolve_checkpoint,
+)
 from tinylm.errors import TinyLMError
 from tinylm.interop.hf import hf_architecture, write_hf_folder
 from tinylm.interop.hf_tokenizer import write_hf_tokenizer
 from tinylm.interop.output_folder import output_folder
+from tinylm.interop.peft_export import write_peft_adapter
+from tinylm.models.factory import build_model
+from tinylm.models.lora import LoraConfig, apply_lora, load_lora_state_dict, merged_weights
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -36,16 +48,6 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str | None
     A LoRA run's adapter-only checkpoint becomes its base (the weights the adapters apply to) plus
     `out/adapter` in PEFT's format, or with `merge` one model with the adapters folded in.
     """
-    from tinylm.checkpoint import (
-        TOKENIZER,
-        adapter_parts,
-        checkpoint_model_config,
-        read_checkpoint_config,
-        read_weights,
-        resolve_checkpoint,
-    )
-    from tinylm.models.lora import merged_weights
-
     ckpt = resolve_checkpoint(checkpoint)
     info = read_checkpoint_config(ckpt)
     config = checkpoint_model_config(ckpt)
@@ -78,9 +80,6 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str | None
 def _canonical_weights(config: Any, stored: dict[str, torch.Tensor], ckpt: Path, dtype: str | None
                        ) -> dict[str, torch.Tensor]:
     """The model's weights under tinylm names, checked against its shapes, each tied matrix once."""
-    from tinylm.checkpoint import full_state_dict, tied_aliases
-    from tinylm.models.factory import build_model
-
     with torch.device("meta"):
         shapes = build_model(config)
     weights = full_state_dict(shapes, stored, ckpt)  # names and shapes checked
@@ -94,11 +93,6 @@ def _canonical_weights(config: Any, stored: dict[str, torch.Tensor], ckpt: Path,
 def _write_adapter(folder: Path, config: Any, base: dict[str, torch.Tensor], lora: dict[str, torch.Tensor],
                    adapter: dict[str, Any], base_name: str) -> None:
     """The adapters in PEFT's format, through a model wrapped exactly as training wrapped it."""
-    from tinylm.checkpoint import full_state_dict
-    from tinylm.interop.peft_export import write_peft_adapter
-    from tinylm.models.factory import build_model
-    from tinylm.models.lora import LoraConfig, apply_lora, load_lora_state_dict
-
     model = build_model(config)
     model.load_state_dict(full_state_dict(model, base, folder))
     cfg = LoraConfig.from_dict(adapter["lora"])

@@ -4,7 +4,7 @@
       -> RUN/checkpoints/step_00000000/ (model.safetensors, config.json, tokenizer.json)
 
 The result is an ordinary tinylm checkpoint without training state: `tinylm generate` uses it as is.
-Only what maps exactly is accepted (see `interop/hf.py`): an unknown architecture, an unknown
+Only what maps exactly is accepted (see `interop/hf_config_reader.py`): an unknown architecture, an unknown
 config field, a RoPE scaling, a bias, a corrupt weight file are each refused with one line, and
 `--out` is written only once the whole checkpoint is ready.
 """
@@ -15,11 +15,18 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
+from tinylm.checkpoint.layout import checkpoint_name
+from tinylm.checkpoint.read import full_state_dict
+from tinylm.checkpoint.save import save_checkpoint
 from tinylm.errors import TinyLMError
-from tinylm.interop.hf import config_from_hf, hf_architecture, state_dict_from_hf
+from tinylm.interop.hf import hf_architecture, state_dict_from_hf
+from tinylm.interop.hf_config_reader import config_from_hf
 from tinylm.interop.hf_tokenizer import eot_token, hf_eot_id
 from tinylm.interop.output_folder import output_folder
+from tinylm.models.factory import build_model
 
 
 def read_hf_config(hf_dir: Path) -> dict:
@@ -37,9 +44,6 @@ def read_hf_config(hf_dir: Path) -> dict:
 
 def read_hf_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
     """All tensors of model.safetensors, or of every shard a model.safetensors.index.json names."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     index = hf_dir / "model.safetensors.index.json"
     if index.is_file():
         try:
@@ -63,9 +67,6 @@ def read_hf_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
 
 def import_hf(hf_dir: str | Path, out: str | Path) -> tuple[Path, str]:
     """Write the tinylm run folder `out` from a transformers folder; return (checkpoint path, source class)."""
-    from tinylm.checkpoint import checkpoint_name, full_state_dict, save_checkpoint
-    from tinylm.models.factory import build_model
-
     hf_dir = Path(hf_dir)
     config = config_from_hf(read_hf_config(hf_dir))
     architecture = hf_architecture(config)

@@ -19,11 +19,18 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
+from tinylm.checkpoint.layout import TOKENIZER
+from tinylm.checkpoint.load import reward_checkpoint_weights
+from tinylm.checkpoint.read import full_state_dict, read_checkpoint_config, resolve_checkpoint
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.interop.hf import MODEL_TYPES, hf_architecture, hf_config_dict, to_hf_weights
-from tinylm.models.reward_model import BACKBONE
+from tinylm.interop.hf_tokenizer import write_hf_tokenizer
+from tinylm.interop.output_folder import output_folder
+from tinylm.models.factory import build_model
+from tinylm.models.reward_model import BACKBONE, RewardModel
 
 SEQUENCE_CLASSIFICATION = {
     "LlamaForCausalLM": "LlamaForSequenceClassification", "MistralForCausalLM": "MistralForSequenceClassification",
@@ -65,8 +72,6 @@ def hf_reward_config(config: ModelConfig, pad_token_id: int) -> dict[str, object
 def write_reward_folder(folder: str | Path, weights: dict[str, torch.Tensor], config: ModelConfig,
                         pad_token_id: int) -> None:
     """config.json and model.safetensors of the transformers reward model."""
-    from safetensors.torch import save_file
-
     folder = Path(folder)
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in hf_reward_weights(weights, config).items()}
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
@@ -76,12 +81,6 @@ def write_reward_folder(folder: str | Path, weights: dict[str, torch.Tensor], co
 
 def export_reward_checkpoint(checkpoint: str | Path, out: str | Path) -> tuple[Path, str]:
     """Write `out` from a reward checkpoint (or the newest one of a run); return (out, transformers class)."""
-    from tinylm.checkpoint import TOKENIZER, read_checkpoint_config, resolve_checkpoint
-    from tinylm.interop.hf_tokenizer import write_hf_tokenizer
-    from tinylm.interop.output_folder import output_folder
-    from tinylm.models.factory import build_model
-    from tinylm.models.reward_model import RewardModel, reward_checkpoint_weights
-
     ckpt = resolve_checkpoint(checkpoint)
     meta = read_checkpoint_config(ckpt)
     if meta.get("reward_head") != "score":
@@ -90,8 +89,6 @@ def export_reward_checkpoint(checkpoint: str | Path, out: str | Path) -> tuple[P
     architecture = reward_architecture(config)
     if not (ckpt / TOKENIZER).is_file():
         raise TinyLMError(f"checkpoint {ckpt} has no {TOKENIZER}: transformers needs one next to the model")
-    from tinylm.checkpoint import full_state_dict
-
     with torch.device("meta"):
         shapes = RewardModel(build_model(config))
     weights = full_state_dict(shapes, reward_checkpoint_weights(ckpt, meta), ckpt)  # a LoRA run's: merged

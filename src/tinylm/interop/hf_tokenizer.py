@@ -18,14 +18,15 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer
+
 from tinylm.errors import TinyLMError
+from tinylm.tokenizer.load import load_tokenizer
 
 EOT_CANDIDATES = ("<|endoftext|>", "<|eot|>", "</s>", "<eos>")
 
 
-def _load(path: Path):
-    from tokenizers import Tokenizer
-
+def _load(path: Path) -> Tokenizer:
     try:
         return Tokenizer.from_file(str(path))
     except Exception as exc:  # noqa: BLE001 - any failure means it is not a tokenizers file
@@ -38,8 +39,6 @@ def eot_token(path: Path, eot_id: int | None = None) -> tuple[int, str]:
     tokenizer = _load(path)
     if eot_id is None:
         try:  # the project's own loader knows which token ends a document
-            from tinylm.tokenizer import load_tokenizer
-
             eot_id = load_tokenizer(path).eot_id
         except (ImportError, AttributeError, TinyLMError, ValueError, KeyError):
             eot_id = next((tokenizer.token_to_id(t) for t in EOT_CANDIDATES if tokenizer.token_to_id(t) is not None),

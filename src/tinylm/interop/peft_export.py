@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tinylm.checkpoint.save import save_safetensors
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.interop.hf import hf_architecture, to_hf_weights
@@ -86,8 +87,6 @@ def write_peft_adapter(
     model: nn.Module, cfg: LoraConfig, out_dir: str | Path, base_model_name_or_path: str
 ) -> Path:
     """Write `out_dir` (whole or not at all) with the adapters of a model wrapped by `apply_lora`."""
-    from tinylm.checkpoint import save_safetensors
-
     config: ModelConfig = model.config
     weights = peft_adapter_weights(lora_state_dict(model), config)
     if not weights:

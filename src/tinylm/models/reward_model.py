@@ -14,16 +14,13 @@ trains nor leaves DDP waiting for a gradient that never comes.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from tinylm.config import ModelConfig
 
-BACKBONE = "backbone."  # where a reward checkpoint keeps the language model's weights
+BACKBONE = "backbone."  # where a reward checkpoint keeps the language model's weights (read: checkpoint/load.py)
 
 
 class RewardModel(nn.Module):
@@ -69,13 +66,3 @@ def pair_scores(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch
     ids = torch.cat([batch["chosen_ids"], batch["rejected_ids"]])[:, :int(lengths.max())]
     scores = model(ids, lengths)
     return scores[:n], scores[n:]
-
-
-def reward_checkpoint_weights(ckpt: Path, meta: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """A `tinylm reward` checkpoint's full weights (backbone.* and score.weight). A LoRA run stores only the
-    adapters, the head and any matrix trained whole, and names its base (config.json "reward_adapter"): its
-    backbone is the base's weights with the adapters folded in, by the shared merge (checkpoint.adapter_weights)."""
-    from tinylm.checkpoint import adapter_weights, read_weights
-
-    adapter = meta.get("reward_adapter")
-    return read_weights(ckpt) if adapter is None else adapter_weights(ckpt, adapter, prefix=BACKBONE)

@@ -7,7 +7,7 @@
     max_steps = 1200
     [sft]                                     # any SFTConfig field
     lr = 5e-4
-    [grpo]                                    # any RLConfig field (algo = "dapo" runs DAPO in this slot)
+    [grpo]                                    # the RL slot: any RLConfig field (algo = "dapo" runs DAPO)
     group_size = 16
     [eval]                                    # any EvalOptions field, and `tasks` added to the table's
     examples = 500
@@ -15,6 +15,10 @@
 A key no stage knows is refused with one line naming the table, the key and the known keys, so a typo
 never runs twenty minutes with a default. The fields the pipeline wires itself (where a stage's base
 and data come from, its run folder, resume) cannot be set.
+
+The road is a list of slots, each a stage of the stage table (stages/__init__.py): a slot's name is its
+table here and its folder under `out`. The last slot is named grpo (its folder and table keep that
+name) but runs the RL stage with any algorithm. Adding a slot is one row of ROAD and its DEFAULTS.
 """
 
 from __future__ import annotations
@@ -23,9 +27,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from tinylm.data.prepare import prepare_dataset
 from tinylm.errors import TinyLMError
+from tinylm.evaluate.tasks import EvalOptions
+from tinylm.options import option_specs
+from tinylm.options_file import load_options_file
+from tinylm.stages import STAGES as STAGES_TABLE
+from tinylm.stages import StageSpec
 
-STAGES = ("pretrain", "sft", "dpo", "grpo")
+# (slot, stage of the table): the pipeline's steps in order
+ROAD: tuple[tuple[str, str], ...] = (("pretrain", "pretrain"), ("sft", "sft"), ("dpo", "dpo"), ("grpo", "rl"))
+STAGES = tuple(slot for slot, _ in ROAD)
 WIRED = ("base", "out", "resume", "data", "task")  # set by the pipeline: each stage starts from the one before
 TOP_LEVEL = ("out", "task", "seed", "threads", "stages")
 DEFAULT_TASK = "builtin:arith?digits=2&ops=+"
@@ -50,35 +62,18 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def _stage_fields(section: str) -> set[str]:
-    from tinylm.evaluate.tasks import EvalOptions
-
     if section == "prepare":
         import inspect
-
-        from tinylm.data.prepare import prepare_dataset
 
         return set(inspect.signature(prepare_dataset).parameters) - {"out", "progress", "context_length"}
     if section == "eval":
         return {f.name for f in dataclasses.fields(EvalOptions)} | {"tasks"}
-    return {f.name for f in dataclasses.fields(stage_config_class(section))} - set(WIRED)
+    return {spec.name for spec in option_specs(slot_stage(section).config)} - set(WIRED)
 
 
-def stage_config_class(stage: str) -> type:
-    if stage == "pretrain":
-        from tinylm.train.config import TrainConfig
-
-        return TrainConfig
-    if stage == "sft":
-        from tinylm.stages.sft.config import SFTConfig
-
-        return SFTConfig
-    if stage == "dpo":
-        from tinylm.stages.preference.config import DPOConfig
-
-        return DPOConfig
-    from tinylm.stages.rl.stage import RLConfig
-
-    return RLConfig
+def slot_stage(slot: str) -> StageSpec:
+    """The stage of the table that runs in a slot of the road."""
+    return STAGES_TABLE[dict(ROAD)[slot]]
 
 
 @dataclass
@@ -98,17 +93,10 @@ def _field_default(section: str, name: str) -> Any:
     if section == "prepare":
         import inspect
 
-        from tinylm.data.prepare import prepare_dataset
-
         return inspect.signature(prepare_dataset).parameters[name].default
     if section == "eval":
-        from tinylm.evaluate.tasks import EvalOptions
-
         return getattr(EvalOptions(), name, [])
-    found = {f.name: f for f in dataclasses.fields(stage_config_class(section))}[name]
-    if found.default is not dataclasses.MISSING:
-        return found.default
-    return found.default_factory() if found.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
+    return {spec.name: spec.default for spec in option_specs(slot_stage(section).config)}[name]
 
 
 def _check_type(where: str, section: str, name: str, value: Any) -> None:
@@ -151,6 +139,5 @@ def parse_pipeline_config(table: dict[str, Any], where: str = "pipeline config")
 def load_pipeline_config(path: str | None) -> PipelineConfig:
     if path is None:
         return PipelineConfig()
-    from tinylm.options_file import load_options_file
 
     return parse_pipeline_config(load_options_file(path), path)

@@ -17,9 +17,13 @@ from typing import Any
 
 from tinylm.checkpoint import list_checkpoints
 from tinylm.errors import TinyLMError
+from tinylm.evaluate.report_card import write_report_card
+from tinylm.evaluate.run import evaluate_checkpoint, record
+from tinylm.evaluate.tasks import EvalOptions, parse_tasks
 from tinylm.pipeline.config import PipelineConfig
 from tinylm.pipeline.stages import UNSTABLE, prepare_data, settings_of, stage_config, stage_object
 from tinylm.pipeline.state import PipelineState
+from tinylm.train.loop import run_training
 
 STOPPED_EARLY = {"nan": "stopped on a non-finite loss", "interrupted": "was interrupted"}
 
@@ -61,8 +65,6 @@ class _Road:
 
     def train(self, name: str, data: Path, base: Path | None) -> dict[str, Any] | None:
         """The stage's record once finished; None when it stopped early (the pipeline stops there)."""
-        from tinylm.train.loop import run_training
-
         folder = self.out / name
         config = stage_config(name, self.config, folder, data, base)
         settings = settings_of(config)
@@ -91,9 +93,6 @@ class _Road:
         return self.state.finish(name, checkpoint=summary.checkpoint, steps=summary.steps)
 
     def evaluate(self, trained: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
-        from tinylm.evaluate.report_card import write_report_card
-        from tinylm.evaluate.run import evaluate_checkpoint, record
-        from tinylm.evaluate.tasks import EvalOptions, parse_tasks
 
         section = dict(self.config.section("eval"))
         extra = list(section.pop("tasks", []))

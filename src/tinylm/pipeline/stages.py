@@ -4,10 +4,10 @@
     pretrain  run_training(TrainConfig, stage=PretrainStage())        OUT/pretrain
     sft       run_training(SFTConfig(base=OUT/pretrain), SFTStage())  OUT/sft
     dpo       run_training(DPOConfig(base=OUT/sft), DPOStage())       OUT/dpo
-    grpo      run_training(RLConfig(base=OUT/dpo), RLStage())         OUT/grpo
+    grpo      run_training(RLConfig(base=OUT/dpo), RLStage())         OUT/grpo  (the RL slot, any --algo)
 
-A new stage plugs in here: its config class in `config.stage_config_class`, its stage object in
-`stage_object`, and its name in `config.STAGES` after the stage it starts from.
+Each slot's config class and stage come from the stage table (config.slot_stage); what it learns from
+(`data`, or RL's `task`) is the row's `learns_from`.
 """
 
 from __future__ import annotations
@@ -15,34 +15,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tinylm.pipeline.config import PipelineConfig, stage_config_class
+from tinylm.data.prepare import prepare_dataset
+from tinylm.pipeline.config import PipelineConfig, slot_stage
+from tinylm.train.config import TrainConfig
 from tinylm.train.stage import Stage
 
 UNSTABLE = ("resume", "progress")  # settings that may differ between a run and its continuation
 
 
-def stage_object(name: str) -> Stage:
-    if name == "pretrain":
-        from tinylm.stages.pretrain.stage import PretrainStage
-
-        return PretrainStage()
-    if name == "sft":
-        from tinylm.stages.sft.stage import SFTStage
-
-        return SFTStage()
-    if name == "dpo":
-        from tinylm.stages.preference.dpo import DPOStage
-
-        return DPOStage()
-    from tinylm.stages.rl.stage import RLStage
-
-    return RLStage()
+def stage_object(slot: str) -> Stage:
+    return slot_stage(slot).stage()
 
 
 def prepare_data(pipeline: PipelineConfig, progress: bool) -> Path:
     """The prepared corpus for the pretraining model's vocabulary and window."""
-    from tinylm.data.prepare import prepare_dataset
-    from tinylm.train.config import TrainConfig
 
     model = TrainConfig(**pipeline.section("pretrain")).model_config()
     options = {"vocab_size": model.vocab_size, **pipeline.section("prepare")}
@@ -54,12 +40,13 @@ def stage_config(name: str, pipeline: PipelineConfig, folder: Path, data: Path |
     wired: dict[str, Any] = {"out": str(folder), "seed": pipeline.seed}
     if pipeline.threads:
         wired["threads"] = pipeline.threads
-    if name == "pretrain":
-        wired["data"] = str(data)
-    else:
+    spec = slot_stage(name)
+    if spec.starts_from_base:
         wired["base"] = str(base)
-        wired["task" if name == "grpo" else "data"] = pipeline.task
-    return stage_config_class(name)(**{**pipeline.section(name), **wired})
+        wired[spec.learns_from] = pipeline.task
+    else:
+        wired["data"] = str(data)
+    return spec.config(**{**pipeline.section(name), **wired})
 
 
 def settings_of(config: Any) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tinylm.evaluate.report_card import Section, gather, write_card
+
 COLUMNS = (("exact-match", "exact_match", "{:.1%}"), ("pref. acc", "preference_accuracy", "{:.1%}"),
            ("bpb", "bpb", "{:.3f}"))
 
@@ -45,8 +47,6 @@ def format_table(header: list[str], cells: list[list[str]]) -> str:
 def write_pipeline_card(out: Path, header: list[str], cells: list[list[str]], wall_s: float,
                         final_run: Path) -> Path:
     """OUT/report.md and OUT/report.html: the stage table, then the final stage's card."""
-    from tinylm.evaluate.report_card import Section, gather, write_card
-
     _, final_sections = gather(final_run)
     sections = [Section("Stage table", text=[f"total wall time {_minutes(wall_s)}; each stage's own card is "
                                              "report.html in its folder"], table=(header, cells)),

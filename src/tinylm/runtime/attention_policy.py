@@ -22,20 +22,20 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.models.modern.attention import ATTENTION_KERNELS, Attention
 from tinylm.models.modern.blockwise_attention import query_blocks
+from tinylm.models.modern.rope import RotaryEmbedding
 from tinylm.runtime.agreed import decided_on_rank0
+from tinylm.runtime.choice import Choice
+from tinylm.runtime.device import autocast
 from tinylm.runtime.measure_cache import best_of_alternating, config_digest, load_numbers, store_entry
 from tinylm.runtime.precision import calibration_rows
-
-if TYPE_CHECKING:
-    from tinylm.config import ModelConfig
 
 ATTENTION_MODES: tuple[str, ...] = ("auto", *ATTENTION_KERNELS)
 CACHE_KIND = "attention"
@@ -43,14 +43,6 @@ BLOCKWISE_MARGIN = 1.05  # below this the two are a tie, and SDPA (one fused ker
 CALIBRATION_TOKENS = 4096  # rows x seq_len of a calibration pass, at most
 CALIBRATION_REPEATS = 5
 CALIBRATION_BUDGET_S = 3.0  # no new pair starts after this: a slow machine gets fewer repeats, not a long wait
-
-
-@dataclass(frozen=True)
-class AttentionChoice:
-    """The attention kernel of a run and why, in one line for the run header."""
-
-    kernel: str
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -94,8 +86,6 @@ def time_kernels(config: ModelConfig, rows: int, seq_len: int, dtype: torch.dtyp
 
     The random-number state is saved and restored, so measuring changes nothing a seeded run does.
     """
-    from tinylm.models.modern.rope import RotaryEmbedding
-    from tinylm.runtime.device import autocast
 
     cpu_rng = torch.get_rng_state()
     began = time.perf_counter()
@@ -136,18 +126,20 @@ def cached_timing(config: ModelConfig, batch_size: int, seq_len: int, dtype: tor
     return dataclasses.replace(timing, kept=kept)
 
 
-def decide(timing: AttentionTiming, dtype: torch.dtype) -> AttentionChoice:
+def decide(timing: AttentionTiming, dtype: torch.dtype) -> Choice[str]:
     how = "cached" if timing.cached else f"measured now in {timing.wall_s:.1f} s{'' if timing.kept else ', not cached'}"
+    measured = {"sdpa_s": timing.sdpa_s, "blockwise_s": timing.blockwise_s, "ratio": timing.ratio}
     if timing.ratio >= BLOCKWISE_MARGIN:
         rounding = ", bf16 scores as in transformers' eager attention" if dtype == torch.bfloat16 else ""
-        return AttentionChoice("blockwise", f"blockwise causal{rounding}: the attention layer measured "
-                                            f"{timing.ratio:.2f}x faster than with SDPA ({how})")
-    return AttentionChoice("sdpa", f"sdpa: the blockwise kernel measured {timing.ratio:.2f}x of SDPA, below the "
-                                   f"{BLOCKWISE_MARGIN:.2f}x that pays ({how})")
+        return Choice(CACHE_KIND, "blockwise", f"blockwise causal{rounding}: the attention layer measured "
+                                               f"{timing.ratio:.2f}x faster than with SDPA ({how})",
+                      measured, timing.cached)
+    return Choice(CACHE_KIND, "sdpa", f"sdpa: the blockwise kernel measured {timing.ratio:.2f}x of SDPA, below the "
+                                      f"{BLOCKWISE_MARGIN:.2f}x that pays ({how})", measured, timing.cached)
 
 
 def choose_attention(requested: str, config: ModelConfig, batch_size: int, seq_len: int, dtype: torch.dtype,
-                     device: torch.device) -> AttentionChoice:
+                     device: torch.device) -> Choice[str]:
     """The attention kernel of a training run and its reason; an explicit `--attention` always wins.
 
     Under torchrun rank 0 measures and every rank takes its choice (`agreed.decided_on_rank0`).
@@ -158,13 +150,13 @@ def choose_attention(requested: str, config: ModelConfig, batch_size: int, seq_l
         if requested == "blockwise":
             raise TinyLMError("--attention blockwise needs the modern arch with standard attention "
                               f"(this model: arch {config.arch}, attention {config.attention})")
-        return AttentionChoice("sdpa", "the model's own: the blockwise kernel is for the modern arch's standard "
-                                       "attention")
+        return Choice(CACHE_KIND, "sdpa", "the model's own: the blockwise kernel is for the modern arch's standard "
+                                          "attention")
     if requested != "auto":
-        return AttentionChoice(requested, f"{requested}: --attention {requested}, not measured")
+        return Choice(CACHE_KIND, requested, f"{requested}: --attention {requested}, not measured")
     if device.type != "cpu":
-        return AttentionChoice("sdpa", f"sdpa: its flash kernels are the fast path on {device.type}")
+        return Choice(CACHE_KIND, "sdpa", f"sdpa: its flash kernels are the fast path on {device.type}")
     if len(query_blocks(seq_len)) == 1:
-        return AttentionChoice("sdpa", f"sdpa: rows of {seq_len} tokens are a single query block, with nothing "
-                                       "above the diagonal to skip (not measured)")
+        return Choice(CACHE_KIND, "sdpa", f"sdpa: rows of {seq_len} tokens are a single query block, with nothing "
+                                          "above the diagonal to skip (not measured)")
     return decided_on_rank0(lambda: decide(cached_timing(config, batch_size, seq_len, dtype, device), dtype))

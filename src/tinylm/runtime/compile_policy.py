@@ -22,33 +22,25 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
+from tinylm.models.factory import build_model
 from tinylm.models.loss import compile_output_loss
 from tinylm.runtime.agreed import decided_on_rank0
 from tinylm.runtime.attention_policy import use_attention_kernel
+from tinylm.runtime.choice import Choice
+from tinylm.runtime.device import autocast
 from tinylm.runtime.measure_cache import config_digest, load_numbers, store_entry
-
-if TYPE_CHECKING:
-    from tinylm.config import ModelConfig
 
 CACHE_KIND = "compile"
 COMPILE_MODES: tuple[str, ...] = ("auto", "on", "off")
 PROBE_WORTH_S = 600.0  # a run shorter than this (eager estimate) never pays for a first compile probe
 PAYBACK_MARGIN = 1.2  # the time saved must exceed the compile time by this factor
 PROBE_STEPS = 3
-
-
-@dataclass(frozen=True)
-class CompileChoice:
-    """Whether the run compiles its blocks, and why, in one line for the run header."""
-
-    enabled: bool
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -106,8 +98,6 @@ def measure_compile(config: ModelConfig, batch_size: int, seq_len: int, dtype: t
     `attention` is the run's attention kernel (`attention_policy.py`): the probe times what the run runs.
     Random-number state is saved and restored, so probing changes nothing a seeded run does.
     """
-    from tinylm.models.factory import build_model
-    from tinylm.runtime.device import autocast
 
     cpu_rng = torch.get_rng_state()
     try:
@@ -145,25 +135,28 @@ def record_measurement(key: str, measurement: CompileMeasurement) -> None:
     store_entry(CACHE_KIND, key, asdict(measurement))
 
 
-def decide(measurement: CompileMeasurement, planned_steps: int, n_blocks: int, cached: bool) -> CompileChoice:
+def decide(measurement: CompileMeasurement, planned_steps: int, n_blocks: int, cached: bool) -> Choice[bool]:
     """Compile iff the planned steps save more time than the compile costs (with a margin)."""
     saved_per_step = measurement.saved_per_block_s * n_blocks
     source = "cached" if cached else "probed now"
     speedup = measurement.eager_s / max(measurement.compiled_s, 1e-12)
+    measured = asdict(measurement)
     if saved_per_step <= 0:
-        return CompileChoice(False, f"eager: a compiled one-block step measured {speedup:.2f}x of eager, "
-                                    f"no gain ({source})")
+        return Choice(CACHE_KIND, False, f"eager: a compiled one-block step measured {speedup:.2f}x of eager, "
+                                         f"no gain ({source})", measured, cached)
     payback = measurement.compile_s * PAYBACK_MARGIN / saved_per_step
     what = (f"compile {measurement.compile_s:.0f} s, one-block step {speedup:.2f}x faster, "
             f"pays back after {payback:,.0f} steps")
     if planned_steps >= payback:
-        return CompileChoice(True, f"compile per block: {what}; the run plans {planned_steps:,} ({source})")
-    return CompileChoice(False, f"eager: {what}; the run plans only {planned_steps:,} ({source})")
+        return Choice(CACHE_KIND, True, f"compile per block: {what}; the run plans {planned_steps:,} ({source})",
+                      measured, cached)
+    return Choice(CACHE_KIND, False, f"eager: {what}; the run plans only {planned_steps:,} ({source})",
+                  measured, cached)
 
 
 def plan_compile(requested: str, planned_steps: int, est_step_s: float | None, *, model_config: ModelConfig,
                  batch_size: int, seq_len: int, dtype: torch.dtype, device: torch.device,
-                 time_budget_s: float | None = None, attention: str = "sdpa") -> CompileChoice:
+                 time_budget_s: float | None = None, attention: str = "sdpa") -> Choice[bool]:
     """Whether to compile the blocks of this run: `on`/`off` as asked, `auto` by measured payback.
 
     `planned_steps` counts forward+backward passes of one micro-batch (optimizer steps x accumulation)
@@ -176,18 +169,18 @@ def plan_compile(requested: str, planned_steps: int, est_step_s: float | None, *
     if requested == "on":
         if device.type == "cpu" and not have_compiler():
             raise TinyLMError("--compile on a CPU needs a C++ compiler (install g++ or clang), or use --compile off")
-        return CompileChoice(True, "compile per block: asked for with --compile on")
+        return Choice(CACHE_KIND, True, "compile per block: asked for with --compile on")
     if requested == "off":
-        return CompileChoice(False, "eager: --compile off")
+        return Choice(CACHE_KIND, False, "eager: --compile off")
     if device.type == "cpu" and not have_compiler():
-        return CompileChoice(False, "eager: no C++ compiler found, which torch.compile needs on a CPU")
+        return Choice(CACHE_KIND, False, "eager: no C++ compiler found, which torch.compile needs on a CPU")
     shape = (model_config, batch_size, seq_len, dtype, device, attention)
     return decided_on_rank0(lambda: _plan_auto(planned_steps, est_step_s, time_budget_s, *shape))
 
 
 def _plan_auto(planned_steps: int, est_step_s: float | None, time_budget_s: float | None, model_config: ModelConfig,
                batch_size: int, seq_len: int, dtype: torch.dtype, device: torch.device,
-               attention: str) -> CompileChoice:
+               attention: str) -> Choice[bool]:
     key = compile_key(model_config, batch_size, seq_len, dtype, attention)
     found = cached_measurement(key)
     if est_step_s is None:
@@ -199,8 +192,9 @@ def _plan_auto(planned_steps: int, est_step_s: float | None, time_budget_s: floa
     if found is not None:
         return decide(found, planned_steps, model_config.n_blocks, cached=True)
     if planned_steps * est_step_s < PROBE_WORTH_S:
-        return CompileChoice(False, f"eager: the run (~{planned_steps * est_step_s / 60:.0f} min eager) is too short "
-                                    f"to pay for a first compile probe; no measurement cached for this shape")
+        return Choice(CACHE_KIND, False, f"eager: the run (~{planned_steps * est_step_s / 60:.0f} min eager) is too "
+                                         "short to pay for a first compile probe; no measurement cached for this "
+                                         "shape", {"eager_step_s": est_step_s})
     measured = measure_compile(model_config, batch_size, seq_len, dtype, device, attention=attention)
     record_measurement(key, measured)
     return decide(measured, planned_steps, model_config.n_blocks, cached=False)

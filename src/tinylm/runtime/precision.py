@@ -18,14 +18,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tinylm.config import ModelConfig
+from tinylm.models.factory import build_model
 from tinylm.runtime.agreed import decided_on_rank0
+from tinylm.runtime.choice import Choice
 from tinylm.runtime.device import DTYPES, resolve_dtype
 from tinylm.runtime.measure_cache import best_of_alternating, config_digest, cpu_info, load_numbers, store_entry
 
 if TYPE_CHECKING:
     import torch
-
-    from tinylm.config import ModelConfig
 
 BF16_MARGIN = 1.15  # below this, the noise of autocast (and of the measurement) is not worth it
 CALIBRATION_TOKENS = 2048  # rows per calibration pass: the run's widths, at most this many tokens
@@ -36,14 +37,6 @@ CACHE_KIND = "precision"
 # /proc/cpuinfo flag -> the name printed in the run header; the first one present wins
 NATIVE_BF16_FLAGS: tuple[tuple[str, str], ...] = (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"),
                                                   ("bf16", "Arm BF16"))
-
-
-@dataclass(frozen=True)
-class PrecisionChoice:
-    """The autocast dtype of a run and why, in one line for the run header."""
-
-    dtype: torch.dtype
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -88,8 +81,6 @@ def calibrate(config: ModelConfig, rows: int, seq_len: int, repeats: int = CALIB
     """
     import torch
 
-    from tinylm.models.factory import build_model
-
     cpu_rng = torch.get_rng_state()
     began = time.perf_counter()
     try:
@@ -125,23 +116,30 @@ def cached_calibration(config: ModelConfig, batch_size: int, seq_len: int) -> Ca
     return dataclasses.replace(result, kept=kept)
 
 
-def choose_cpu_precision(config: ModelConfig, batch_size: int, seq_len: int) -> PrecisionChoice:
+def choose_cpu_precision(config: ModelConfig, batch_size: int, seq_len: int) -> Choice[torch.dtype]:
     import torch
 
     feature = native_bf16()
     if feature is None:
-        return PrecisionChoice(torch.float32, "fp32: this CPU has no native bf16 matmul (no AMX-BF16 or AVX512-BF16)")
+        return Choice(CACHE_KIND, torch.float32, "fp32: this CPU has no native bf16 matmul (no AMX-BF16 or "
+                                                 "AVX512-BF16)")
     cal = cached_calibration(config, batch_size, seq_len)
     how = "cached" if cal.cached else f"measured now in {cal.wall_s:.1f} s{'' if cal.kept else ', not cached'}"
     if cal.ratio >= BF16_MARGIN:
-        return PrecisionChoice(torch.bfloat16,
-                               f"bf16 autocast: {feature}, calibration {cal.ratio:.2f}x faster than fp32 ({how})")
-    return PrecisionChoice(torch.float32, f"fp32: {feature} present but bf16 autocast calibrated {cal.ratio:.2f}x "
-                                          f"of fp32, below the {BF16_MARGIN:.2f}x that pays ({how})")
+        return calibrated(torch.bfloat16, f"bf16 autocast: {feature}, calibration {cal.ratio:.2f}x faster than fp32 "
+                                          f"({how})", cal)
+    return calibrated(torch.float32, f"fp32: {feature} present but bf16 autocast calibrated {cal.ratio:.2f}x of fp32, "
+                                     f"below the {BF16_MARGIN:.2f}x that pays ({how})", cal)
+
+
+def calibrated(dtype: torch.dtype, reason: str, cal: Calibration) -> Choice[torch.dtype]:
+    """A choice decided on `cal`, which it keeps in `measured` for the run's record."""
+    measured = {"fp32_s": cal.fp32_s, "bf16_s": cal.bf16_s, "ratio": cal.ratio}
+    return Choice(CACHE_KIND, dtype, reason, measured, cal.cached)
 
 
 def choose_precision(device: torch.device, requested: str, model_config: ModelConfig, batch_size: int,
-                     seq_len: int) -> PrecisionChoice:
+                     seq_len: int) -> Choice[torch.dtype]:
     """The autocast dtype for a training run and its reason; an explicit `--dtype` always wins.
 
     Under torchrun rank 0 calibrates and every rank takes its choice (`agreed.decided_on_rank0`).
@@ -152,9 +150,9 @@ def choose_precision(device: torch.device, requested: str, model_config: ModelCo
         resolve_dtype(device, requested)  # raises the one-line error
     if requested != "auto":
         fixed = f"{requested}: --dtype {requested}, a fixed choice (the command's default or yours), not measured"
-        return PrecisionChoice(resolve_dtype(device, requested), fixed)
+        return Choice(CACHE_KIND, resolve_dtype(device, requested), fixed)
     if device.type != "cpu":
         dtype = resolve_dtype(device, "auto")
         where = "this GPU multiplies bf16 natively" if dtype == torch.bfloat16 else f"no fast bf16 on {device.type}"
-        return PrecisionChoice(dtype, f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}: {where}")
+        return Choice(CACHE_KIND, dtype, f"{'bf16 autocast' if dtype == torch.bfloat16 else 'fp32'}: {where}")
     return decided_on_rank0(lambda: choose_cpu_precision(model_config, batch_size, seq_len))

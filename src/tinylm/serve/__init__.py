@@ -1,9 +1,15 @@
-"""tinylm.serve: an OpenAI-compatible HTTP API over one continuous-batching scheduler, and a web chat page.
+"""`tinylm serve`: an OpenAI-compatible HTTP API over one continuous-batching scheduler, and a web chat page.
 
-    app.py        FastAPI routes (/v1/models, /v1/completions, /v1/chat/completions, /health, /metrics, /)
-    protocol.py   request fields, response shapes and OpenAI-style errors
-    scheduler.py  one thread owns the model: requests join and leave the running batch step by step
-    slots.py      the batch itself: a KV cache whose rows have their own lengths (or recompute, classic)
-    text.py       token ids -> text pieces: whole UTF-8 characters, stop strings held back and cut
-    metrics.py    Prometheus text exposition: latency histograms, queue gauges, token counters
+    app.py, error_handlers.py   FastAPI routes (/v1/models, /v1/completions, /v1/chat/completions, /health,
+                                /metrics, /) and every error as OpenAI's JSON
+    protocol.py                 request fields and response shapes OpenAI clients expect
+    jobs.py, generation.py      a validated request -> scheduler jobs -> text, per choice
+    scheduler.py, slots.py      one thread owns the model: requests join and leave the running batch
+    slot_cache.py               the KV cache whose rows are requests of different lengths
+    events.py, mailbox.py       what the scheduler thread tells the asyncio handlers, one wake-up per burst
+    replies.py, logprobs.py     deltas as OpenAI replies or stream chunks; log-probs in both shapes
+    text.py, served_model.py    stop strings held back and cut; what the routes know of the model
+    metrics.py                  Prometheus text exposition: latency histograms, queue gauges, token counters
+
+It serves through inference and imports models, tokenizer and errors; never train, stages or cli.
 """

@@ -20,26 +20,35 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from tinylm.checkpoint import (
     TOKENIZER,
+    adapter_weights,
     checkpoint_model_config,
     load_weights,
     read_checkpoint_config,
     read_weights,
     resolve_checkpoint,
+    save_checkpoint,
 )
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
+from tinylm.models.lora import apply_lora, load_lora_state_dict, lora_state_dict
+from tinylm.models.vocab_growth import init_token_rows
 from tinylm.runtime.rng import seed_everything
 from tinylm.stages.post_config import PostTrainConfig
-from tinylm.train.config import TrainConfig
+from tinylm.tokenizer import load_tokenizer
+from tinylm.tokenizer.chat_format import ChatFormat
+from tinylm.tokenizer.chat_tokens import with_chat_tokens
 from tinylm.train.stage import Stage, StageContext, lineage
+
+# the stage's own config: SFTConfig, DPOConfig, RLConfig... (every one a PostTrainConfig)
+PostConfigT = TypeVar("PostConfigT", bound=PostTrainConfig)
 
 
 def held_out(item: Any, fraction: float) -> bool:
@@ -48,12 +57,12 @@ def held_out(item: Any, fraction: float) -> bool:
     return int.from_bytes(digest, "big") < fraction * 2**64
 
 
-class FromBaseStage(Stage):
+class FromBaseStage(Stage[PostConfigT]):
     """A stage that starts from `--base`; subclasses read their data in `setup_data` and give their loss."""
 
-    def setup(self, ctx: StageContext) -> None:
+    def setup(self, ctx: StageContext[PostConfigT]) -> None:
         super().setup(ctx)
-        cfg: PostTrainConfig = ctx.cfg  # type: ignore[assignment]
+        cfg = ctx.cfg
         self.base = resolve_checkpoint(cfg.base)  # a LoRA checkpoint loads as its base plus adapters
         self._prepare_tokenizer(ctx)
         self.seq_len = cfg.seq_len or self.mcfg.context_length
@@ -67,18 +76,14 @@ class FromBaseStage(Stage):
 
     def data_spec(self) -> str:
         """What this stage learned from, for the lineage and config.json."""
-        return str(self.ctx.cfg.data)  # type: ignore[attr-defined]
+        return str(self.ctx.cfg.data)
 
-    def setup_data(self, cfg: PostTrainConfig) -> None:
+    def setup_data(self, cfg: PostConfigT) -> None:
         """Read, render and lay out the stage's rows (and add lines for the run header to `self.report`)."""
         raise NotImplementedError
 
-    def _prepare_tokenizer(self, ctx: StageContext) -> None:
+    def _prepare_tokenizer(self, ctx: StageContext[PostConfigT]) -> None:
         """The base's tokenizer with the chat tokens (added if missing) and the model config that fits it."""
-        from tinylm.tokenizer import load_tokenizer
-        from tinylm.tokenizer.chat_format import ChatFormat
-        from tinylm.tokenizer.chat_tokens import with_chat_tokens
-
         if not (self.base / TOKENIZER).is_file():
             raise TinyLMError(f"base checkpoint {self.base} has no {TOKENIZER}: post-training needs the base's "
                               "tokenizer")
@@ -103,25 +108,23 @@ class FromBaseStage(Stage):
         return self.mcfg
 
     def describe(self) -> list[str]:
-        cfg: PostTrainConfig = self.ctx.cfg  # type: ignore[assignment]
+        cfg = self.ctx.cfg
         lines = [f"base: {self.base}", f"data: {cfg.data}", *self.report]
         if cfg.lora_rank:
             lines.append(f"LoRA: rank {cfg.lora_rank}, targets {cfg.lora_targets}: "
                          f"{self.trainable:,} trainable parameters of {self.total:,}")
         return lines
 
-    def run_name(self, cfg: TrainConfig) -> tuple[str, str]:
+    def run_name(self, cfg: PostConfigT) -> tuple[str, str]:
         """runs/<base run>-<stage> by default: the base run's folder name, whichever checkpoint of it was given."""
-        path = Path(cfg.base).resolve()  # type: ignore[attr-defined]
+        path = Path(cfg.base).resolve()
         run = path.parent.parent if path.parent.name == "checkpoints" else path
         return run.name or "base", self.name
 
     # ---- the model -----------------------------------------------------------------------------
     def build_model(self) -> nn.Module:
         """The base with room for the chat tokens, LoRA adapters if asked, and a resumed run's weights."""
-        from tinylm.models.vocab_growth import init_token_rows
-
-        cfg: PostTrainConfig = self.ctx.cfg  # type: ignore[assignment]
+        cfg = self.ctx.cfg
         seed_everything(cfg.seed)  # the same adapter initialisation on every rank and every resume
         model = build_model(self.base_config)
         load_weights(model, self.base)
@@ -129,8 +132,6 @@ class FromBaseStage(Stage):
         init_token_rows(model, [i for i in added_ids if i is not None], self.known_rows)
         model.config = self.mcfg  # gradient checkpointing and the grown vocabulary
         if cfg.lora_rank:
-            from tinylm.models.lora import apply_lora
-
             apply_lora(model, cfg.lora_config())
             for name in self._trained_whole(model):  # the added tokens' rows must learn: LoRA cannot reach them
                 model.get_parameter(name).requires_grad_(True)
@@ -152,11 +153,9 @@ class FromBaseStage(Stage):
         return names
 
     def _load_resume(self, model: nn.Module, resume: Path) -> None:
-        if not self.ctx.cfg.lora_rank:  # type: ignore[attr-defined]
+        if not self.ctx.cfg.lora_rank:
             load_weights(model, resume)
             return
-        from tinylm.models.lora import load_lora_state_dict
-
         stored = read_weights(resume)
         whole = self._trained_whole(model)
         load_lora_state_dict(model, {k: v for k, v in stored.items() if k not in whole})
@@ -166,10 +165,8 @@ class FromBaseStage(Stage):
 
     def checkpoint_weights(self, model: nn.Module, gathered: dict[str, torch.Tensor] | None
                            ) -> dict[str, torch.Tensor] | None:
-        if not self.ctx.cfg.lora_rank:  # type: ignore[attr-defined]
+        if not self.ctx.cfg.lora_rank:
             return gathered
-        from tinylm.models.lora import lora_state_dict
-
         # adapter-only (the base is named in config.json), plus matrices trained whole
         policy = self.policy
         return {**lora_state_dict(policy), **{n: policy.get_parameter(n).detach() for n in self._trained_whole(policy)}}
@@ -179,7 +176,7 @@ class FromBaseStage(Stage):
         return self.tokenizer_path
 
     def checkpoint_meta(self) -> dict[str, Any]:
-        cfg: PostTrainConfig = self.ctx.cfg  # type: ignore[assignment]
+        cfg = self.ctx.cfg
         meta: dict[str, Any] = {"stage": self.name, "data": self.data_spec(), "base": str(self.base),
                                 "chat_template": self.chat.jinja_template(), "lineage": self.lineage}
         if cfg.lora_rank:
@@ -189,7 +186,7 @@ class FromBaseStage(Stage):
         return meta
 
     def finish(self, model: nn.Module, checkpoint: Path | None) -> str | None:
-        if checkpoint is not None and self.ctx.cfg.lora_rank:  # type: ignore[attr-defined]
+        if checkpoint is not None and self.ctx.cfg.lora_rank:
             self.ctx.say(f"merged copy (base + adapters, loadable without the base): "
                          f"{save_merged(checkpoint, self.policy)}")
         return None
@@ -197,8 +194,6 @@ class FromBaseStage(Stage):
 
 def save_merged(adapter_checkpoint: Path, model: nn.Module) -> Path:
     """RUN/merged/checkpoints/step_N: the adapter checkpoint's model with the adapters folded in, self-contained."""
-    from tinylm.checkpoint import adapter_weights, save_checkpoint
-
     info = read_checkpoint_config(adapter_checkpoint)
     adapter = info.pop("adapter")
     meta = {k: v for k, v in info.items() if k not in ("format", "version", "step", "model")}

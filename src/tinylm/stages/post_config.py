@@ -7,31 +7,47 @@ with post-training-sized defaults. A stage's own config extends it with what onl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from tinylm.errors import TinyLMError
 from tinylm.models.lora import LoraConfig, parse_targets
+from tinylm.options import MAX_NEW_TOKENS, Option
+from tinylm.stages.spec_rows import ON_ERROR
 from tinylm.train.config import TrainConfig
 
-ON_ERROR = ("stop", "skip")
+BASE_AND_DATA, LORA = "base and data", "LoRA (base frozen, only low-rank adapters train)"
 
 
 @dataclass
 class PostTrainConfig(TrainConfig):
     """TrainConfig plus the base, the data spec and LoRA, with post-training-sized defaults."""
 
-    base: str = ""  # the checkpoint (or run folder) to start from
-    data: str | None = "builtin:arith"  # a data spec: builtin:NAME, a JSONL file, hf:NAME
-    eval_data: str | None = None  # a held-out spec; default: the task's test split, or a share of the data
-    dev_fraction: float = 0.05  # share of a file's rows held out when there is no --eval-data
-    train_examples: int = 20_000  # problems generated for a builtin task
-    eval_examples: int = 200  # held-out problems of a builtin task (exact-match)
-    max_new_tokens: int = 32  # reply length limit when answering held-out problems
-    on_error: str = "stop"  # a malformed row: stop with file:line, or skip and count it
-    lora_rank: int = 0  # 0 = every weight trains
-    lora_alpha: float | None = None
-    lora_dropout: float = 0.0
-    lora_targets: str = "q,k,v,o,gate,up,down"
-    rslora: bool = False
+    # pretraining's own options that a stage starting from --base does not take
+    hidden_options: ClassVar[tuple[str, ...]] = ("preset", "arch", "overrides", "prompt", "sample_tokens",
+                                                 "temperature", "top_k")
+
+    base: str = Option("checkpoint or run folder to start from (an SFT run for DPO and RL)", metavar="RUN",
+                       required=True, group=BASE_AND_DATA)("")
+    data: str | None = Option("a data spec: builtin:arith, builtin:docstring, FILE.jsonl or hf:NAME", metavar="SPEC",
+                              group=BASE_AND_DATA)("builtin:arith")
+    eval_data: str | None = Option("held-out data (default: the task's test split, or a share of --data)",
+                                   metavar="SPEC", group=BASE_AND_DATA)(None)
+    dev_fraction: float = Option("share of a file's rows held out", low=0, high=1, low_open=True, high_open=True,
+                                 group=BASE_AND_DATA)(0.05)
+    train_examples: int = Option("problems generated for a built-in task", low=1, group=BASE_AND_DATA)(20_000)
+    eval_examples: int = Option("held-out problems of a built-in task, scored by exact-match", low=1,
+                                group=BASE_AND_DATA)(200)
+    max_new_tokens: int = MAX_NEW_TOKENS(32, group=BASE_AND_DATA, note="when answering held-out problems")
+    on_error: str = Option("a malformed row: stop with FILE:LINE, or skip and count it", choices=ON_ERROR,
+                           group=BASE_AND_DATA)("stop")
+    lora_rank: int = Option("adapter rank; 0 = full fine-tuning", low=0, metavar="R", group=LORA)(0)
+    lora_alpha: float | None = Option("scale alpha / R (default: alpha = R)", low=0, low_open=True, metavar="A",
+                                      group=LORA)(None)
+    lora_dropout: float = Option("dropout on the adapter's input, training only", low=0, high=1, high_open=True,
+                                 metavar="P", group=LORA)(0.0)
+    lora_targets: str = Option("q,k,v,o,gate,up,down (any subset) or all-linear", metavar="LIST",
+                               group=LORA)("q,k,v,o,gate,up,down")
+    rslora: bool = Option("scale alpha / sqrt(R) (rank-stabilised LoRA)", group=LORA)(False)
     max_steps: int = 300
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -46,15 +62,8 @@ class PostTrainConfig(TrainConfig):
             raise TinyLMError("--base is required: the checkpoint or run folder to start from")
         if not self.data:
             raise TinyLMError("--data is required: builtin:arith, a JSONL file or hf:NAME")
-        if not 0 < self.dev_fraction < 1:
-            raise TinyLMError(f"--dev-fraction must be in (0, 1), got {self.dev_fraction}")
-        for name in ("train_examples", "eval_examples", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise TinyLMError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
-        if self.on_error not in ON_ERROR:
-            raise TinyLMError(f"--on-error must be stop or skip, got {self.on_error!r}")
-        if self.lora_rank < 0:
-            raise TinyLMError(f"--lora-rank must be > 0 (or 0 for full fine-tuning), got {self.lora_rank}")
+        if self.max_new_tokens < 1:
+            raise TinyLMError(f"--max-new-tokens must be >= 1 (got {self.max_new_tokens})")
         if self.lora_rank:
             self.lora_config().validate()
 

@@ -6,6 +6,9 @@
 The answer is just the integer (a minus sign if negative, no separators): the shortest format a
 tiny model can learn. `verify` reads the last integer in a response (commas and underscores
 between digits removed), so "30194", "= 30,194" and "The answer is 30194." all pass.
+
+Its wrong answers are the mistakes a small model makes: off by one either way, the wrong operation,
+or the last digit (the one a carry changes) wrong.
 """
 
 from __future__ import annotations
@@ -21,6 +24,14 @@ OPERATIONS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b
 ENUMERATE_BELOW = 200_000  # smaller problem spaces are listed whole, so n can be all of a split
 _INTEGER = re.compile(r"-?\d+")
 _SEPARATOR = re.compile(r"(?<=\d)[,_](?=\d)")
+
+
+def parse_key(key: str) -> tuple[int, str, int]:
+    """A problem's parts from its key, "487*62" -> (487, "*", 62); the operator is the first after a digit."""
+    for index in range(1, len(key)):
+        if key[index] in OPERATIONS:
+            return int(key[:index]), key[index], int(key[index + 1:])
+    raise ValueError(f"not an arithmetic key: {key!r}")
 
 
 def parse_integer(text: str) -> int | None:
@@ -68,3 +79,14 @@ class ArithTask(Task):
 
     def verify(self, response: str, example: Example) -> bool:
         return parse_integer(response) == int(example.answer)
+
+    def wrong_answers(self, example: Example) -> dict[str, str]:
+        a, op, b = parse_key(example.key)
+        right = OPERATIONS[op](a, b)
+        others = [OPERATIONS[o](a, b) for o in OPERATIONS if o != op and OPERATIONS[o](a, b) != right]
+        digits = str(abs(right))
+        position = len(digits) - 1  # the last digit: the one a carry mistake changes
+        wrong_digit = digits[:position] + str((int(digits[position]) + 3) % 10)
+        return {"off_by_one": str(right + 1), "off_by_minus_one": str(right - 1),
+                "wrong_operation": str(others[0]) if others else str(right + 10),
+                "wrong_digit": ("-" if right < 0 else "") + wrong_digit}

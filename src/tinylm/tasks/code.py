@@ -1,4 +1,4 @@
-"""code: write a small Python function; the answer is right when its tests pass in the sandbox.
+"""builtin:code: write a small Python function; the answer is right when its tests pass in the sandbox.
 
     user:      Write a Python function `f(x)` that returns x * 3 + 4.
     assistant: def f(x):
@@ -8,7 +8,9 @@ Unlike `builtin:docstring`, which compares syntax trees, any program that behave
 reply (a ``` fence around it allowed) runs in `tasks/sandbox.py` followed by assertions on
 inputs the model never saw, and the verdict is the exit status. Problems are drawn from a few
 families whose parameters come from the seed; the problem's key ("affine:3:4") decides its split, as
-for every built-in task, and the tests are computed here from the key, never from the reply.
+for every built-in task, and the tests are computed here from the key, never from the reply. Its
+wrong answers are mutations of the reference (`function_mistakes.py`); each is proven wrong by the
+sandbox, one process per candidate, so pairs of this task are slower to make than the others'.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import random
 import re
 from collections.abc import Callable
 
+from tinylm.tasks.function_mistakes import function_mistakes, unparsed
 from tinylm.tasks.sandbox import run_python
 from tinylm.tasks.task import Example, Task, check_split, conversation, split_of
 
@@ -86,3 +89,9 @@ class CodeTask(Task):
         if program is None or "def f" not in program:
             return False  # no need to start a process to know
         return run_python(f"{program}\n\n{self.tests(example)}\n", timeout=5.0).ok
+
+    def wrong_answers(self, example: Example) -> dict[str, str]:
+        return function_mistakes(example.answer)
+
+    def preferred_answer(self, example: Example) -> str:
+        return unparsed(example.answer)

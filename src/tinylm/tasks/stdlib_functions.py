@@ -15,7 +15,7 @@ docstring and some code after it, whose source is at most `max_lines` lines. Not
 or copied into the repo. The split hashes "module:qualname". `verify` is strict: the response (a
 ``` fence around it is allowed) must parse as Python and its first function's AST, without line
 numbers, must equal the reference's, so names, constants and structure must match; comments and
-formatting may differ.
+formatting may differ. Its wrong answers are mutations of the reference (`function_mistakes.py`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from functools import lru_cache
 
 from tinylm.data.pystdlib import stdlib_root
 from tinylm.errors import TinyLMError
+from tinylm.tasks.function_mistakes import function_mistakes, unparsed
 from tinylm.tasks.task import Example, Task, check_split, conversation, split_of
 
 MAX_MODULE_BYTES = 64_000  # small modules parse fast and hold small, self-contained functions
@@ -122,3 +123,9 @@ class StdlibFunctionTask(Task):
     def verify(self, response: str, example: Example) -> bool:
         got = _normalised(response)
         return got is not None and got == _normalised(example.answer)
+
+    def wrong_answers(self, example: Example) -> dict[str, str]:
+        return function_mistakes(example.answer)
+
+    def preferred_answer(self, example: Example) -> str:
+        return unparsed(example.answer)

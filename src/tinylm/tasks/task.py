@@ -1,4 +1,4 @@
-"""What every built-in task gives: examples as chat messages, a held-out split, and a verifier.
+"""What every task gives: examples as chat messages, a held-out split, a verifier, and (if it can) wrong answers.
 
 The split is decided by a stable hash of the problem itself (blake2b of its key, e.g. "123+456"),
 never by the seed or by a position in a list, so the train and test problems are disjoint sets
@@ -50,7 +50,7 @@ def conversation(key: str, user: str, answer: str) -> Example:
 
 
 class Task(ABC):
-    """A family of problems with one answer format and an exact verifier."""
+    """A family of problems with one answer format, an exact verifier and, for preference pairs, its own mistakes."""
 
     name: str
 
@@ -61,3 +61,17 @@ class Task(ABC):
     @abstractmethod
     def verify(self, response: str, example: Example) -> bool:
         """True when a model's response text answers the example exactly (after the task's normalisation)."""
+
+    def wrong_answers(self, example: Example) -> dict[str, str]:
+        """Plausible wrong answers to `example`, by kind of mistake, for the rejected side of preference pairs.
+
+        Deterministic (no randomness: the pairer draws which one to use), each written as
+        `preferred_answer` writes the right one. The pairer drops any that is empty, equal to the
+        preferred answer or accepted by `verify`, so a mutation that happens to stay right does no harm.
+        A task that cannot make mistakes keeps this default and has no pairs.
+        """
+        raise TinyLMError(f"task {self.name!r} makes no wrong answers, so it has no preference pairs")
+
+    def preferred_answer(self, example: Example) -> str:
+        """The chosen side of a pair: the reference, in the layout of `wrong_answers` (formatting is no tell)."""
+        return example.answer

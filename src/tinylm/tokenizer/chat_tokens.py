@@ -14,6 +14,7 @@ import json
 
 from tinylm.errors import TinyLMError
 from tinylm.tokenizer.hf_json import EOT, tokenizer_from_hf_json
+from tinylm.tokenizer.r50k import MARKER_KEY, r50k_with_added
 from tinylm.tokenizer.tokenizer import Tokenizer
 
 ROLE_TOKENS: dict[str, str] = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>"}
@@ -40,7 +41,6 @@ def with_chat_tokens(tokenizer: Tokenizer) -> tuple[Tokenizer, list[str]]:
     if taken:  # an ordinary token spelled like a chat token cannot become special without changing old ids
         raise TinyLMError(f"tokenizer {tokenizer.name} has {taken[0]!r} as an ordinary token, so it cannot become "
                           "the chat token")
-    from tinylm.tokenizer.r50k import MARKER_KEY, r50k_with_added
 
     if MARKER_KEY in json.loads(tokenizer.to_json()):
         return r50k_with_added(tokenizer, missing), missing

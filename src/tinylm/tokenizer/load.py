@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
+from tinylm.tokenizer.hf_json import tokenizer_from_hf_json
+from tinylm.tokenizer.r50k import ADDED_KEY, MARKER_KEY, R50K_NAME, load_r50k
 from tinylm.tokenizer.tokenizer import Tokenizer
 
 
@@ -26,8 +28,6 @@ def tokenizer_file(path: str | Path) -> Path:
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     """The tokenizer saved at `path` (a tokenizer.json file, or a folder that holds one)."""
-    from tinylm.tokenizer.hf_json import tokenizer_from_hf_json
-    from tinylm.tokenizer.r50k import ADDED_KEY, MARKER_KEY, R50K_NAME, load_r50k
 
     file = tokenizer_file(path)
     try:

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
+from tinylm.paths import tinylm_home
 from tinylm.tokenizer.tiktoken_bridge import GPT2_PATTERN
 from tinylm.tokenizer.tokenizer import Tokenizer
 
@@ -66,8 +67,6 @@ def check_added(added: object, eot_id: int) -> dict[str, int]:
 
 
 def tinylm_home_file() -> Path:
-    from tinylm.paths import tinylm_home
-
     return tinylm_home() / "tiktoken" / "r50k_base.tiktoken"
 
 

@@ -9,11 +9,16 @@ sized to finish in about five minutes on two CPU cores, data preparation include
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from tinylm.config import ModelConfig
+from tinylm.config import ModelConfig, parse_override
 from tinylm.errors import TinyLMError
+from tinylm.inference.sampling import check_sampling_options
+from tinylm.options import BATCH_SIZE, DEVICE, DTYPE, SEED, TEMPERATURE, THREADS, TOP_K, Option, check_options
+from tinylm.presets import PRESETS, preset_config
+from tinylm.train.optim import OPTIMIZERS
+from tinylm.train.schedule import SCHEDULES
 
 # Measured on 2 CPU cores (torch 2.13): tiny modern trains at ~14.7k tokens/s at batch 16 x 256 (0.28 s
 # per step), so 600 steps (2.5M tokens, ~0.7 epoch of pystdlib) take ~2.8 minutes; data preparation
@@ -21,60 +26,83 @@ from tinylm.errors import TinyLMError
 DEMO_STEPS = 600
 
 
+# the --help sections of every training command
+MODEL_AND_DATA, HARDWARE, BUDGET = "model and data", "hardware", "batch and budget"
+OPTIMIZER, LOGGING, SAMPLE = "optimizer and schedule", "evaluation, logging, checkpoints", "sample at the end"
+RESUME = Option("continue from a checkpoint: latest (this run folder's newest) or a checkpoint/run path",
+                metavar="latest|PATH", group=LOGGING)
+
+
 @dataclass
 class TrainConfig:
+    """The engine's options (every training stage has them) and pretraining's own (the model, data and sample)."""
+
     # what to train
-    preset: str = "tiny"
-    arch: str = "modern"
-    overrides: dict[str, Any] = field(default_factory=dict)  # model fields, as from --set name=value
-    data: str | None = None  # a prepared data folder; None = the default corpus, prepared if needed
-    out: str | None = None  # run folder; None = runs/<preset>-<arch> (a fresh suffix if it is taken)
-    seed: int = 1337
+    preset: str = Option("model size", choices=lambda: tuple(PRESETS), strict_choices=False,
+                         group=MODEL_AND_DATA)("tiny")
+    arch: str = Option("the GPT-2-style classic or the modern (Llama/Qwen-style) decoder",
+                       choices=("modern", "classic"), group=MODEL_AND_DATA)("modern")
+    overrides: dict[str, Any] = Option(
+        "override a model field, e.g. --set n_kv_head=1 (repeatable; in a config file: set = [\"n_kv_head=1\"] or "
+        "a [set] table)", flag="--set", metavar="FIELD=VALUE", items=True, parse_item=parse_override,
+        group=MODEL_AND_DATA)(default_factory=dict)
+    data: str | None = Option("prepared data folder (default: the pystdlib corpus, prepared on first use)",
+                              metavar="DIR", group=MODEL_AND_DATA)(None)
+    out: str | None = Option("run folder (default runs/<preset>-<arch>, or runs/<base run>-<stage>; a fresh "
+                             "suffix if it is taken)", metavar="DIR", group=MODEL_AND_DATA)(None)
+    seed: int = SEED(1337, group=MODEL_AND_DATA)
     # where and how
-    device: str = "auto"
-    dtype: str = "auto"
-    threads: int | None = None
-    compile: str = "auto"  # auto (only when the measured compile time pays back) | on | off
-    attention: str = "auto"  # auto (blockwise on a CPU where it measures faster) | sdpa | blockwise
-    gradient_checkpointing: bool = False
-    fsdp: bool = False
+    device: str = DEVICE("auto", group=HARDWARE)
+    dtype: str = DTYPE("auto", group=HARDWARE, note="autocast: fp32 master weights either way")
+    threads: int | None = THREADS(None, group=HARDWARE)
+    compile: str = Option("torch.compile each block; auto = only when the measured compile time pays back "
+                          "(bare --compile = on)", choices=("auto", "on", "off"), const="on", group=HARDWARE)("auto")
+    attention: str = Option("causal attention kernel; auto = blockwise query products on a CPU where the model's "
+                            "attention layer measures faster with them than with SDPA (the reason is printed)",
+                            choices=("auto", "sdpa", "blockwise"), group=HARDWARE)("auto")
+    gradient_checkpointing: bool = Option("recompute activations in backward", group=HARDWARE)(False)
+    fsdp: bool = Option("shard the model with FSDP2 (under torchrun)", group=HARDWARE)(False)
     # batch
-    batch_size: int = 16  # rows per micro-batch per process
-    grad_accum: int = 1  # micro-batches per optimizer step
-    seq_len: int | None = None  # None = the model's context length
+    batch_size: int = BATCH_SIZE(16, group=BUDGET, note="training: per micro-batch (RL: prompts)")
+    grad_accum: int = Option("micro-batches per optimizer step", low=1, group=BUDGET)(1)
+    seq_len: int | None = Option("tokens per row (default: the context length)", low=2, group=BUDGET)(None)
     # budgets (the first one reached stops the run)
-    max_steps: int = DEMO_STEPS  # total optimizer steps, counted across resumes
-    max_tokens: int | None = None
-    time_budget: float | None = None  # seconds of training in this invocation
+    max_steps: int = Option("total optimizer steps, counted across resumes", low=1, group=BUDGET)(DEMO_STEPS)
+    max_tokens: int | None = Option("stop after this many training tokens", low=1, group=BUDGET)(None)
+    time_budget: float | None = Option("stop (and save) before this many seconds of training", low=0,
+                                       low_open=True, metavar="SECONDS", group=BUDGET)(None)
     # optimizer and schedule
-    optimizer: str = "adamw"
-    lr: float = 3e-3
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    muon_lr: float = 0.02
-    muon_momentum: float = 0.95
-    grad_clip: float = 1.0  # 0 disables clipping
-    schedule: str = "cosine"
-    schedule_steps: int | None = None  # None = max_steps (or fewer, if max_tokens ends the run earlier)
-    warmup_steps: int = 20
-    min_lr_ratio: float = 0.1
-    decay_fraction: float = 0.2  # wsd only: the final fraction of steps that decays
+    optimizer: str = Option("adamw, or muon for the matrices (AdamW for the rest)", choices=OPTIMIZERS,
+                            group=OPTIMIZER)("adamw")
+    lr: float = Option("AdamW learning rate", low=0, low_open=True, group=OPTIMIZER)(3e-3)
+    weight_decay: float = Option("decoupled weight decay of the matrices", low=0, group=OPTIMIZER)(0.1)
+    beta1: float = Option("AdamW beta1", low=0, high=1, high_open=True, group=OPTIMIZER)(0.9)
+    beta2: float = Option("AdamW beta2", low=0, high=1, high_open=True, group=OPTIMIZER)(0.95)
+    muon_lr: float = Option("Muon learning rate", low=0, low_open=True, group=OPTIMIZER)(0.02)
+    muon_momentum: float = Option("Muon momentum", low=0, high=1, group=OPTIMIZER)(0.95)
+    grad_clip: float = Option("max gradient norm; 0 = off", low=0, group=OPTIMIZER)(1.0)
+    schedule: str = Option("learning-rate schedule", choices=SCHEDULES, group=OPTIMIZER)("cosine")
+    schedule_steps: int | None = Option("length of the lr schedule (default: --max-steps)", low=1,
+                                        group=OPTIMIZER)(None)
+    warmup_steps: int = Option("linear warmup steps", low=0, group=OPTIMIZER)(20)
+    min_lr_ratio: float = Option("the schedule's final lr as a share of --lr", low=0, high=1, group=OPTIMIZER)(0.1)
+    decay_fraction: float = Option("wsd: final decay share", low=0, high=1, group=OPTIMIZER)(0.2)
     # evaluation, logging, checkpoints
-    eval_every: int = 100  # 0 = only at the end
-    eval_batches: int = 20
-    log_every: int = 10
-    checkpoint_every: int = 0  # 0 = only at the end (and on Ctrl-C / time budget)
-    keep_last: int = 3  # 0 = keep all
-    resume: str | None = None  # "latest" or a checkpoint/run path
-    progress: bool = True
-    tensorboard: bool = False
-    wandb: bool = False
+    eval_every: int = Option("steps between evaluations; 0 = only at the end", low=0, group=LOGGING)(100)
+    eval_batches: int = Option("dev batches per evaluation", low=1, group=LOGGING)(20)
+    log_every: int = Option("steps between log lines", low=1, group=LOGGING)(10)
+    checkpoint_every: int = Option("steps between checkpoints; 0 = only at the end (and on Ctrl-C / time budget)",
+                                   low=0, group=LOGGING)(0)
+    keep_last: int = Option("checkpoints to keep; 0 = all", low=0, group=LOGGING)(3)
+    resume: str | None = RESUME(None)
+    progress: bool = Option("no progress bar", flag="--no-progress", group=LOGGING)(True)
+    tensorboard: bool = Option("also log to TensorBoard (if installed)", group=LOGGING)(False)
+    wandb: bool = Option("also log to Weights & Biases (if installed)", group=LOGGING)(False)
     # the sample printed at the end
-    sample_tokens: int = 120
-    prompt: str = ""  # empty = the start of a new document (after an end-of-text token)
-    temperature: float = 0.8
-    top_k: int = 50
+    sample_tokens: int = Option("tokens of the sample printed at the end; 0 = no sample", low=0, group=SAMPLE)(120)
+    prompt: str = Option("text to continue (default: a new document)", group=SAMPLE)("")
+    temperature: float = TEMPERATURE(0.8, group=SAMPLE)
+    top_k: int = TOP_K(50, group=SAMPLE)
 
     def __post_init__(self) -> None:
         if isinstance(self.compile, bool):  # compile=True from Python callers means "on"
@@ -82,39 +110,12 @@ class TrainConfig:
         self.validate()
 
     def validate(self) -> None:
-        def need(ok: bool, message: str) -> None:
-            if not ok:
-                raise TinyLMError(message)
-
-        need(self.batch_size >= 1, f"--batch-size must be >= 1 (got {self.batch_size})")
-        need(self.grad_accum >= 1, f"--grad-accum must be >= 1 (got {self.grad_accum})")
-        need(self.seq_len is None or self.seq_len >= 2, f"--seq-len must be >= 2 (got {self.seq_len})")
-        need(self.max_steps >= 1, f"--max-steps must be >= 1 (got {self.max_steps})")
-        need(self.max_tokens is None or self.max_tokens >= 1, f"--max-tokens must be >= 1 (got {self.max_tokens})")
-        need(self.time_budget is None or self.time_budget > 0, f"--time-budget must be > 0 (got {self.time_budget})")
-        need(self.schedule_steps is None or self.schedule_steps >= 1, "--schedule-steps must be >= 1")
-        need(self.lr > 0 and self.muon_lr > 0, "learning rates must be > 0")
-        need(self.weight_decay >= 0, "--weight-decay must be >= 0")
-        need(0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, "--beta1 and --beta2 must be in [0, 1)")
-        need(self.grad_clip >= 0, "--grad-clip must be >= 0 (0 disables it)")
-        need(self.warmup_steps >= 0, "--warmup-steps must be >= 0")
-        for name in ("eval_every", "checkpoint_every", "keep_last"):
-            need(getattr(self, name) >= 0, f"--{name.replace('_', '-')} must be >= 0")
-        need(self.eval_batches >= 1, "--eval-batches must be >= 1")
-        need(self.log_every >= 1, "--log-every must be >= 1")
-        need(self.sample_tokens >= 0, "--sample-tokens must be >= 0")
-        need(self.threads is None or self.threads >= 1, "--threads must be >= 1")
-        need(self.compile in ("auto", "on", "off"), f"--compile must be auto, on or off (got {self.compile!r})")
-        need(self.attention in ("auto", "sdpa", "blockwise"),
-             f"--attention must be auto, sdpa or blockwise (got {self.attention!r})")
-        from tinylm.inference.sampling import check_sampling_options
-
+        """Each option's own range and choices, then what no single option can say."""
         check_sampling_options(self.temperature, self.top_k)  # the end-of-run sample: refuse now, not after training
+        check_options(self)
 
     def model_config(self) -> ModelConfig:
         """The preset for this arch with the overrides applied (validated)."""
-        from tinylm.presets import preset_config
-
         known = {f.name for f in dataclasses.fields(ModelConfig)}
         unknown = sorted(set(self.overrides) - known)
         if unknown:

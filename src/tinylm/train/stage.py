@@ -5,7 +5,10 @@ not in how a run is driven. So `train/loop.py` owns the run (schedule, accumulat
 guard, budgets, checkpoints, exact resume, DDP/FSDP, metrics, progress, Ctrl-C) and a `Stage` owns
 only what makes it that stage:
 
-- `setup(ctx)`: find or build its data (after the engine has chosen the run folder and device);
+- `configure(start)` and `setup(ctx)`: the model config, then the data. The engine measures the run's
+  choices (autocast dtype, attention kernel, compile) on the model config, once, so `setup` and every
+  later call see a context whose choices are final. By default `configure` runs the whole `setup`
+  early, on a context that has no choices yet (so it cannot read one before it is made);
 - `build_model(resume)`: the model to train, on the CPU, with the weights it starts from (a fresh
   init, a base checkpoint, vocabulary growth, LoRA adapters...), and with `resume`'s weights loaded
   when a run continues;
@@ -24,6 +27,7 @@ only what makes it that stage:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -31,25 +35,40 @@ from typing import Any, Generic, TypeVar
 import torch
 from torch import nn
 
+from tinylm.checkpoint import read_checkpoint_config
+from tinylm.config import ModelConfig
 from tinylm.runtime.distributed import DistEnv
+from tinylm.runtime.run_choices import RunChoices
 from tinylm.train.config import TrainConfig
 
 Batch = Any  # whatever the stage's loader yields; only the stage looks inside
 ConfigT = TypeVar("ConfigT", bound=TrainConfig)  # the stage's own config type: TrainConfig, SFTConfig, RLConfig...
 
 
-@dataclass
-class StageContext(Generic[ConfigT]):
-    """What the engine has decided before the stage sets up: where, on what, how."""
+@dataclass(frozen=True)
+class StageStart(Generic[ConfigT]):
+    """What the engine has decided before the stage says its model: where, on what, from which checkpoint."""
 
     cfg: ConfigT
     env: DistEnv
     device: torch.device
-    dtype: torch.dtype
     run_dir: Path
     resume: Path | None  # the checkpoint this run continues (full train state), or None
     start_from: Path | None  # a weights-only checkpoint a fresh run starts from (e.g. `tinylm import`)
     say: Any  # a callable taking one line for the console (rank 0 only)
+
+
+@dataclass(frozen=True)
+class StageContext(StageStart[ConfigT]):
+    """`StageStart` plus the run's choices, final: how the stage runs its forwards."""
+
+    dtype: torch.dtype  # the autocast dtype (`choices.dtype` in a run)
+    choices: RunChoices | None = None  # every choice with its reason; None where no engine made them (tests)
+
+    @classmethod
+    def final(cls, start: StageStart[ConfigT], choices: RunChoices) -> StageContext[ConfigT]:
+        fields = {f.name: getattr(start, f.name) for f in dataclasses.fields(StageStart)}
+        return cls(**fields, dtype=choices.dtype, choices=choices)
 
 
 @dataclass
@@ -76,15 +95,35 @@ class Stage(Generic[ConfigT]):
     # evaluate before the first step of a fresh run, so the log holds the starting point ("before")
     evaluate_at_start: bool = False
 
+    def configure(self, start: StageStart[ConfigT]) -> ModelConfig:
+        """The config of the model this stage trains, before its data: the run's choices are measured on it.
+
+        The default sets the whole stage up now, on `start`, which has no choices (a `setup` that reads
+        one fails loudly rather than see a value that changes later), and returns `model_config()`. A
+        stage can give its model config here instead and leave its data to `setup`.
+        """
+        self.setup(start)  # type: ignore[arg-type]
+        self._set_up_early = True
+        return self.model_config()
+
+    def enter(self, ctx: StageContext[ConfigT]) -> None:
+        """The engine hands over the context with the run's final choices, once: `setup(ctx)` now, or only
+        the context when the default `configure` has set the stage up already."""
+        if getattr(self, "_set_up_early", False):
+            self.ctx = ctx
+        else:
+            self.setup(ctx)
+
     def setup(self, ctx: StageContext[ConfigT]) -> None:
+        """Find or build the data (after `configure`, or as all of it by default)."""
         self.ctx = ctx
 
     def run_name(self, cfg: ConfigT) -> tuple[str, str]:
         """(name, kind) of the default run folder runs/<name>-<kind> when no --out is given."""
         return cfg.preset, cfg.arch
 
-    def model_config(self) -> Any:
-        """The ModelConfig of the model this stage trains (known after `setup`)."""
+    def model_config(self) -> ModelConfig:
+        """The ModelConfig of the model this stage trains (known after `configure`)."""
         raise NotImplementedError
 
     def build_model(self) -> nn.Module:
@@ -146,8 +185,6 @@ def lineage(stage: str, resume: Path | None, started_from: Path | None, data: st
     """A checkpoint's lineage, oldest first: the starting checkpoint's own chain plus this stage's link
     (which stage wrote it, from which checkpoint, on which data), so a report can show base -> SFT -> ...
     A resumed run keeps the chain its checkpoint already has."""
-    from tinylm.checkpoint import read_checkpoint_config
-
     def chain_of(path: Path) -> list[dict[str, Any]]:
         links = read_checkpoint_config(path).get("lineage")
         return [link for link in links if isinstance(link, dict)] if isinstance(links, list) else []

@@ -19,32 +19,30 @@ import json
 import sys
 from pathlib import Path
 
+from tinylm.bench.run import SECTIONS, BenchOptions, format_table, run_bench
+from tinylm.cli.options import add_config_option, add_option
+from tinylm.config import parse_override
 from tinylm.errors import TinyLMError
+from tinylm.options import BATCH_SIZE, DEVICE, DTYPE, THREADS
+from tinylm.train.config import TrainConfig
 
 HELP = "throughput and MFU, side by side with transformers"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tinylm.presets import PRESETS
-
-    parser.add_argument("--preset", default="tiny", choices=PRESETS, help="model size (default: tiny)")
-    parser.add_argument("--arch", default="modern", choices=("modern", "classic"))
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
-                        help="change one model field, e.g. --set n_kv_head=1 (repeatable)")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--seq-len", type=int, default=None, help="default: the model's context length")
+    for name in ("preset", "arch", "overrides"):
+        add_config_option(parser, TrainConfig, name)
+    add_option(parser, "batch_size", BATCH_SIZE, 16)
+    add_config_option(parser, TrainConfig, "seq_len")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (median is reported)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed training steps first")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="fp32", choices=("auto", "fp32", "bf16", "fp16"),
-                        help="fp32 (default, comparable across machines) or auto: what `tinylm train` would pick "
-                             "(on a CPU, bf16 only where it is native and calibrated faster; the reason is printed)")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads for both sides (default: torch's)")
+    add_option(parser, "device", DEVICE, "auto")
+    add_option(parser, "dtype", DTYPE, "fp32", note="fp32 keeps the figures comparable across machines; auto is "
+                                                     "what `tinylm train` would pick")
+    add_option(parser, "threads", THREADS, kind="int", note="for both sides")
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile both models (tinylm per block, transformers whole, as its users do)")
-    parser.add_argument("--attention", default="auto", choices=("auto", "sdpa", "blockwise"),
-                        help="tinylm's causal attention kernel in the training step; auto = what `tinylm train` "
-                             "would pick (blockwise on a CPU where it measures faster; the reason is printed)")
+    add_config_option(parser, TrainConfig, "attention")
     parser.add_argument("--no-reference", dest="reference", action="store_false",
                         help="skip the transformers measurements")
     parser.add_argument("--decode-tokens", type=int, default=128, help="new tokens per decode measurement")
@@ -58,8 +56,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinylm.bench.run import SECTIONS, BenchOptions, format_table, run_bench
-    from tinylm.config import parse_override
 
     overrides = dict(parse_override(text) for text in args.overrides)
     sections = tuple(s.strip() for s in args.only.split(",") if s.strip()) if args.only else SECTIONS

@@ -22,6 +22,11 @@ import sys
 from typing import Any
 
 from tinylm.cli.commands.generate import add_sampling_arguments, sampling_params, use_threads
+from tinylm.errors import TinyLMError
+from tinylm.inference.chat_session import ChatSession
+from tinylm.inference.engine import Engine
+from tinylm.inference.loading import chat_format_of, load_for_generation
+from tinylm.inference.streaming import TextStream
 
 HELP = "interactive loop: type a line, the model's reply streams back"
 
@@ -66,8 +71,6 @@ class Turns:
     """A chat model's conversation in its chat format (`ChatSession`), with the same interface as TextHistory."""
 
     def __init__(self, chat: Any, window: int, reply_room: int, system: str | None) -> None:
-        from tinylm.inference.chat_session import ChatSession
-
         self.session = ChatSession(chat, window, reply_room, system=system)
         self.stop_ids = list(chat.stop_ids)
         self.prompt, self.reset = self.session.prompt, self.session.reset
@@ -77,10 +80,6 @@ class Turns:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinylm.errors import TinyLMError
-    from tinylm.inference.engine import Engine
-    from tinylm.inference.loading import chat_format_of, load_for_generation
-    from tinylm.inference.streaming import TextStream
 
     sampling = sampling_params(args)
     use_threads(args.threads)

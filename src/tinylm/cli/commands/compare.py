@@ -15,8 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tinylm.bench.compare import CompareOptions, format_markdown, run_compare
 from tinylm.cli import option_types
 from tinylm.cli.option_types import bounded_float, bounded_int
+from tinylm.cli.options import add_config_option, add_option
+from tinylm.config import parse_override
+from tinylm.options import BATCH_SIZE, DEVICE, DTYPE, THREADS
+from tinylm.train.config import TrainConfig
 
 HELP = "train several architectures on the same data and budget; table + plot"
 
@@ -26,13 +31,10 @@ def _names(text: str) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tinylm.presets import PRESETS
-
-    parser.add_argument("--preset", default="tiny", choices=PRESETS)
+    add_config_option(parser, TrainConfig, "preset")
     parser.add_argument("--archs", default="classic,modern", help="comma list of classic,modern (may be empty)")
     parser.add_argument("--variants", default="", help="comma list of modern variants, e.g. gqa,mqa,mla,moe")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
-                        help="change a model field for every candidate (repeatable)")
+    add_config_option(parser, TrainConfig, "overrides", note="for every candidate")
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--steps", type=bounded_int(1, 10**9), default=None,
                         help="equal steps for every run (default: 200)")
@@ -42,20 +44,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma list of seeds in [0, 2**32) (default: 1)")
     parser.add_argument("--out", default="compare", help="output folder (default: ./compare)")
     parser.add_argument("--data", default=None, help="prepared data folder (default: the embedded corpus)")
-    parser.add_argument("--batch-size", type=bounded_int(1, 2**16), default=16)
-    parser.add_argument("--seq-len", type=bounded_int(2, 2**20), default=None)
-    parser.add_argument("--lr", type=bounded_float(0, low_open=True), default=3e-3)
-    parser.add_argument("--eval-every", type=bounded_int(0, 10**9), default=50, help="0 = only at the end")
-    parser.add_argument("--eval-batches", type=bounded_int(1, 10**6), default=20)
-    parser.add_argument("--log-every", type=bounded_int(1, 10**9), default=10)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--threads", type=option_types.threads, default=None)
+    add_option(parser, "batch_size", BATCH_SIZE, 16)
+    for name, default in (("seq_len", None), ("lr", 3e-3), ("eval_every", 50), ("eval_batches", 20), ("log_every", 10)):
+        add_config_option(parser, TrainConfig, name, default)
+    add_option(parser, "device", DEVICE, "auto")
+    add_option(parser, "dtype", DTYPE, "auto")
+    add_option(parser, "threads", THREADS, kind="int")
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinylm.bench.compare import CompareOptions, run_compare
-    from tinylm.config import parse_override
 
     seeds = args.seeds
     steps = args.steps if args.steps is not None or args.time_budget is not None else 200
@@ -66,7 +63,6 @@ def run(args: argparse.Namespace) -> int:
                              overrides=dict(parse_override(t) for t in args.overrides), steps=steps,
                              time_budget=args.time_budget, seeds=seeds, out=args.out, train=train)
     result = run_compare(options, say=lambda line: print(line, file=sys.stderr))
-    from tinylm.bench.compare import format_markdown
 
     print(format_markdown(result))
     print(f"wrote {args.out}/compare.md, compare.png, compare.json", file=sys.stderr)

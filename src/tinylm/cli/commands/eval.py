@@ -25,25 +25,29 @@ from __future__ import annotations
 import argparse
 import json
 
-from tinylm.cli.option_types import bounded_float, bounded_int, count, seed
+from tinylm.cli.option_types import bounded_int, count
+from tinylm.cli.options import add_option
+from tinylm.evaluate.report_card import write_report_card
+from tinylm.evaluate.run import evaluate_checkpoint, record
+from tinylm.evaluate.tasks import EvalOptions, parse_tasks
+from tinylm.options import BATCH_SIZE, CHECKPOINT, MAX_NEW_TOKENS, SEED, TEMPERATURE
 
 HELP = "bits per byte, verifiable tasks, multiple choice, preference accuracy; JSON"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, metavar="RUN", help="checkpoint or run folder")
+    add_option(parser, "checkpoint", CHECKPOINT)
     parser.add_argument("--tasks", required=True, metavar="LIST", help="comma-separated task specs (see above)")
     parser.add_argument("--examples", type=count, default=200,
                         help="problems / questions / pairs per task, at most (default %(default)s)")
-    parser.add_argument("--seed", type=seed, default=0)
-    parser.add_argument("--batch-size", type=count, default=32)
-    parser.add_argument("--max-new-tokens", type=count, default=32, help="reply length limit (default %(default)s)")
+    add_option(parser, "seed", SEED, 0)
+    add_option(parser, "batch_size", BATCH_SIZE, 32)
+    add_option(parser, "max_new_tokens", MAX_NEW_TOKENS, 32)
     parser.add_argument("--pass-k", type=bounded_int(0, 1000), default=0, metavar="K",
                         help="also pass@K for generative tasks, from sampled replies")
     parser.add_argument("--samples", type=bounded_int(0, 1000), default=0, metavar="N",
                         help="sampled replies per problem for pass@K (default 2K)")
-    parser.add_argument("--temperature", type=bounded_float(0.0, low_open=True), default=0.8,
-                        help="temperature of pass@K's samples (default %(default)s)")
+    add_option(parser, "temperature", TEMPERATURE, 0.8, note="of pass@K's samples, > 0")
     parser.add_argument("--bpb-batches", type=count, default=20, help="dev batches for bpb (default %(default)s)")
     parser.add_argument("--no-record", dest="record", action="store_false",
                         help="do not append the scores to the run's evals.jsonl and report card")
@@ -57,9 +61,6 @@ def format_scores(scores: dict[str, dict[str, float]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinylm.evaluate.report_card import write_report_card
-    from tinylm.evaluate.run import evaluate_checkpoint, record
-    from tinylm.evaluate.tasks import EvalOptions, parse_tasks
 
     tasks = parse_tasks(args.tasks)  # every spec and file checked before the model loads
     options = EvalOptions(examples=args.examples, seed=args.seed, batch_size=args.batch_size,

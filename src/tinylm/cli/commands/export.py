@@ -16,28 +16,32 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tinylm.checkpoint import read_checkpoint_config, resolve_checkpoint
+from tinylm.cli.options import add_option
+from tinylm.interop.hf_export import export_checkpoint
+from tinylm.interop.hf_reward_export import export_reward_checkpoint
+from tinylm.options import CHECKPOINT, DTYPE
+
+STORED_DTYPE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}  # auto: as trained
 HELP = "write a checkpoint in Hugging Face transformers format"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, help="checkpoint folder, or a run folder (newest checkpoint)")
+    add_option(parser, "checkpoint", CHECKPOINT)
     parser.add_argument("--out", required=True, help="folder to create (must not exist, or be empty)")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default=None,
-                        help="store the weights in this dtype (default: as trained)")
+    add_option(parser, "dtype", DTYPE, "auto", note="here the dtype the weights are stored in; auto = as trained")
     parser.add_argument("--merge", action="store_true",
                         help="a LoRA run: fold the adapters into the weights (default: the base + OUT/adapter "
                              "in PEFT's format)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinylm.checkpoint import read_checkpoint_config, resolve_checkpoint
-    from tinylm.interop.hf_export import export_checkpoint
-    from tinylm.interop.hf_reward_export import export_reward_checkpoint
 
     if read_checkpoint_config(resolve_checkpoint(args.checkpoint)).get("reward_head") == "score":
         out, architecture = export_reward_checkpoint(args.checkpoint, args.out)  # a sequence-classification model
     else:
-        out, architecture = export_checkpoint(args.checkpoint, args.out, args.dtype, merge=args.merge)
+        out, architecture = export_checkpoint(args.checkpoint, args.out, STORED_DTYPE.get(args.dtype),
+                                              merge=args.merge)
     print(f"exported {args.checkpoint} as {architecture} to {out}", file=sys.stderr)
     print(out)
     return 0

@@ -21,34 +21,33 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.cli import option_types
+from tinylm.cli.options import add_option
 from tinylm.errors import TinyLMError
+from tinylm.inference.engine import Engine
+from tinylm.inference.loading import chat_format_of, eot_id, load_for_generation
+from tinylm.inference.sampling import SamplingParams
+from tinylm.inference.speculative import SpeculativeStats, speculative_stream
+from tinylm.inference.streaming import TextStream
+from tinylm.options import CHECKPOINT, MAX_NEW_TOKENS, SEED, TEMPERATURE, THREADS, TOP_K, TOP_P
 
 HELP = "sample text from a checkpoint (streams to stdout)"
-MAX_NEW_TOKENS = 1_000_000  # a million tokens is hours of decoding; more is a typo, refused before allocating
 MAX_NUM_SAMPLES = 10_000
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
     """Options shared by `generate` and `chat`."""
-    parser.add_argument("--checkpoint", required=True, metavar="RUN",
-                        help="a run folder (newest checkpoint) or a checkpoint folder")
-    parser.add_argument("--max-new-tokens", type=option_types.bounded_int(0, MAX_NEW_TOKENS), metavar="N",
-                        default=max_new_tokens, help="tokens to generate at most (default %(default)s)")
-    parser.add_argument("--temperature", type=float, default=0.8, metavar="T",
-                        help="0 = greedy; higher = more random (default %(default)s)")
-    parser.add_argument("--top-k", type=option_types.count, default=None, metavar="K",
-                        help="sample among the K most likely tokens")
-    parser.add_argument("--top-p", type=float, default=None, metavar="P",
-                        help="nucleus: the most likely tokens holding probability P")
+    add_option(parser, "checkpoint", CHECKPOINT)
+    add_option(parser, "max_new_tokens", MAX_NEW_TOKENS, max_new_tokens)
+    add_option(parser, "temperature", TEMPERATURE, 0.8)
+    add_option(parser, "top_k", TOP_K, kind="int")
+    add_option(parser, "top_p", TOP_P, kind="float")
     parser.add_argument("--min-p", type=float, default=None, metavar="P",
                         help="drop tokens less likely than P times the most likely one")
     parser.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
                         help="> 1 discourages tokens already in the text (default %(default)s)")
     parser.add_argument("--int8", action="store_true", help="int8 weights for the linear layers (less memory)")
-    parser.add_argument("--seed", type=option_types.seed, default=0, metavar="S",
-                        help="random seed in [0, 2**32) (default %(default)s)")
-    parser.add_argument("--threads", type=option_types.threads, default=None, metavar="N",
-                        help="CPU threads (default: torch's; 1 is often fastest for small models on a busy machine)")
+    add_option(parser, "seed", SEED, 0)
+    add_option(parser, "threads", THREADS, kind="int", note="1 is often fastest for small models on a busy machine")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,16 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def sampling_params(args: argparse.Namespace) -> Any:
     """The validated sampling options (one line for a bad one), before any checkpoint is read."""
-    from tinylm.inference.sampling import SamplingParams
-
     return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
                           repetition_penalty=args.repetition_penalty)
 
 
 def prompt_ids(text: str, tokenizer: Any, window: int, room: int = 1) -> list[int]:
     """Token ids of a prompt: EOT for an empty one; cut from the left (with a notice) to leave `room` in the window."""
-    from tinylm.inference.loading import eot_id
-
     ids = list(tokenizer.encode(text)) if text else []
     if not ids:
         eot = eot_id(tokenizer)
@@ -95,8 +90,6 @@ def prompt_ids(text: str, tokenizer: Any, window: int, room: int = 1) -> list[in
 def chat_prompt(text: str, system: str | None, tokenizer: Any, meta: dict[str, Any], window: int
                 ) -> tuple[list[int], list[int]]:
     """(ids, stop ids) for `generate --chat`: the message as a user turn in the checkpoint's chat format."""
-    from tinylm.inference.loading import chat_format_of
-
     chat = chat_format_of(tokenizer, meta)
     if chat is None:
         raise TinyLMError(f"checkpoint {meta['path']} has no chat template: it is a base model (fine-tune it with "
@@ -144,10 +137,6 @@ def _write(text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch  # noqa: F401 - imported here so `tinylm --help` stays instant
 
-    from tinylm.inference.engine import Engine
-    from tinylm.inference.loading import eot_id, load_for_generation
-    from tinylm.inference.speculative import SpeculativeStats, speculative_stream
-    from tinylm.inference.streaming import TextStream
 
     sampling = sampling_params(args)
     text = _read_prompt(args)

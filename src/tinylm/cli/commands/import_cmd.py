@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tinylm.interop.hf_import import import_hf
+
 HELP = "convert a local Hugging Face transformers checkpoint into a tinylm checkpoint"
 
 
@@ -22,8 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinylm.interop.hf_import import import_hf
-
     checkpoint, architecture = import_hf(args.hf_dir, args.out)
     print(f"imported {architecture} from {args.hf_dir} into {checkpoint}", file=sys.stderr)
     print(checkpoint)

@@ -19,7 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from tinylm.cli.option_types import threads
+from tinylm.cli.options import add_option
+from tinylm.options import THREADS
+from tinylm.pipeline.config import load_pipeline_config
+from tinylm.pipeline.run import run_pipeline
+from tinylm.pipeline.table import format_table, table_rows, write_pipeline_card
 
 HELP = "prepare -> pretrain -> SFT -> DPO -> GRPO -> eval, resumable, with a stage table and report card"
 
@@ -28,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", nargs="?", metavar="FILE", help="TOML file of stage settings (see above)")
     parser.add_argument("--out", default=None, metavar="DIR", help="pipeline folder (default: the file's, or "
                         "runs/pipeline)")
-    parser.add_argument("--threads", type=threads, default=None, help="CPU threads for every stage")
+    add_option(parser, "threads", THREADS, kind="int", note="for every stage")
     parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
@@ -36,9 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tinylm.pipeline.config import load_pipeline_config
-    from tinylm.pipeline.run import run_pipeline
-    from tinylm.pipeline.table import format_table, table_rows, write_pipeline_card
 
     config = load_pipeline_config(args.file)
     if args.out:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import argparse
 
+from tinylm.stages.rl.plot import plot_rl_runs
+from tinylm.train.plot import plot_runs
+
 HELP = "plot the loss curves of training runs"
 
 
@@ -24,11 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.rl:
-        from tinylm.stages.rl.plot import plot_rl_runs
-
         print(plot_rl_runs(list(args.runs), args.out))
         return 0
-    from tinylm.train.plot import plot_runs
 
     path = plot_runs(list(args.runs), args.out, args.title)
     print(path)

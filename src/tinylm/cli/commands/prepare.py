@@ -29,6 +29,7 @@ import argparse
 from pathlib import Path
 
 from tinylm.data.chunks import MAX_DOCUMENT_CHARS
+from tinylm.errors import TinyLMError
 
 HELP = "build a tokenizer and token shards from a corpus"
 DEFAULT_VOCAB = 4096
@@ -61,9 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinylm.data.prepare import prepare_dataset
-    from tinylm.data.shards import check_data_dir
-    from tinylm.errors import TinyLMError
+    from tinylm.data.prepare import prepare_dataset  # here: this module stays free of tokenizers and numpy
+    from tinylm.data.shards import check_data_dir  # (as above)
 
     if args.vocab_size is not None and args.tokenizer != "bpe":
         raise TinyLMError(f"--vocab-size applies to --tokenizer bpe only "

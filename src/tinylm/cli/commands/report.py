@@ -14,37 +14,39 @@ from __future__ import annotations
 import argparse
 import json
 
-from tinylm.cli.option_types import count
+from tinylm.checkpoint import checkpoint_model_config, resolve_checkpoint
+from tinylm.cli.options import add_config_option, add_option
+from tinylm.config import parse_override
+from tinylm.evaluate.report_card import REPORT_MD, write_report_card
+from tinylm.models.factory import build_model
+from tinylm.models.memory import training_memory
+from tinylm.options import BATCH_SIZE
+from tinylm.presets import preset_config
+from tinylm.train.config import TrainConfig
 
 HELP = "parameters, FLOPs per token and memory estimate for a preset or checkpoint"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="tiny", help="named size (default: tiny)")
-    parser.add_argument("--arch", default="modern", choices=["classic", "modern"])
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override a model field, e.g. --set n_kv_head=1 (repeatable)")
+    for name in ("preset", "arch", "overrides"):
+        add_config_option(parser, TrainConfig, name)
     parser.add_argument("--checkpoint", help="report the model of a checkpoint (or run folder) instead")
     parser.add_argument("--run", metavar="RUN", help="(re)build RUN/report.md and RUN/report.html, the run's report "
                         "card (model, lineage, data, throughput, curves, eval scores)")
-    parser.add_argument("--batch-size", type=count, default=8, help="batch size for the activation estimate")
-    parser.add_argument("--seq-len", type=count, default=None, help="sequence length (default: context length)")
+    add_option(parser, "batch_size", BATCH_SIZE, 8, note="for the activation estimate")
+    add_config_option(parser, TrainConfig, "seq_len")
     parser.add_argument("--activation-dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def _config_from_checkpoint(path: str):
     """The model config of a checkpoint or of a run folder's newest one (no weights are read)."""
-    from tinylm.checkpoint import checkpoint_model_config, resolve_checkpoint
-
     return checkpoint_model_config(resolve_checkpoint(path))
 
 
 def build_report(config, batch_size: int = 8, seq_len: int | None = None, activation_bytes: int = 4) -> dict:
     import torch
 
-    from tinylm.models.factory import build_model
-    from tinylm.models.memory import training_memory
 
     seq_len = seq_len or config.context_length
     with torch.device("meta"):
@@ -78,13 +80,9 @@ def _human(n: float, unit: str = "") -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.run:
-        from tinylm.evaluate.report_card import REPORT_MD, write_report_card
-
         page = write_report_card(args.run)
         print(f"report card: {page} and {page.with_name(REPORT_MD)}")
         return 0
-    from tinylm.config import parse_override
-    from tinylm.presets import preset_config
 
     overrides = dict(parse_override(item) for item in args.overrides)
     if args.checkpoint:

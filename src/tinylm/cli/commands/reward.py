@@ -14,38 +14,17 @@ examples:
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-HELP = "train a reward model on preference pairs (Bradley-Terry, scalar head)"
-SHOWN = (("dev_accuracy", "held-out preference accuracy", "{:.1%}"), ("dev_margin", "mean margin", "{:.3f}"))
+from tinylm.cli.run_stage import add_stage_arguments, run_stage_command
+from tinylm.stages import STAGES
 
-_D: dict[str, Any] = {}
-
-
-def _defaults() -> dict[str, Any]:
-    if not _D:
-        from tinylm.stages.preference.config import RewardConfig
-
-        _D.update(RewardConfig(base="-").to_dict())
-    return _D
+STAGE = STAGES["reward"]
+HELP = STAGE.help
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tinylm.cli.preference_options import add_pair_arguments
-
-    d = _defaults()
-    parser.add_argument("--margin", type=float, default=d["margin"],
-                        help="Bradley-Terry margin: -log sigmoid(r_w - r_l - margin) (default %(default)s)")
-    add_pair_arguments(parser, d, "reward")
+    add_stage_arguments(parser, STAGE)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinylm.cli.preference_options import print_summary
-    from tinylm.cli.run_stage import run_stage
-    from tinylm.stages.preference.config import RewardConfig
-    from tinylm.stages.preference.reward import RewardStage
-
-    fields = set(_defaults())
-    config = RewardConfig(**{k: v for k, v in vars(args).items() if k in fields})
-    return run_stage(args, config, RewardStage(), _defaults(),
-                     lambda summary: print_summary(summary, SHOWN))
+    return run_stage_command(args, STAGE)

@@ -24,14 +24,18 @@ from pathlib import Path
 
 from tinylm.cli import option_types
 from tinylm.cli.commands.generate import use_threads
+from tinylm.cli.options import add_option
 from tinylm.errors import TinyLMError
+from tinylm.inference.loading import load_for_generation
+from tinylm.options import CHECKPOINT, THREADS
+from tinylm.serve.app import create_app
+from tinylm.serve.served_model import ServedModel
 
 HELP = "OpenAI-compatible HTTP API with continuous batching, and a web chat page"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True, metavar="RUN",
-                        help="a run folder (newest checkpoint) or a checkpoint folder")
+    add_option(parser, "checkpoint", CHECKPOINT)
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to listen on (default %(default)s: this machine only)")
     parser.add_argument("--port", type=option_types.bounded_int(0, 65535), default=8000,
@@ -47,8 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drain-timeout", type=option_types.bounded_float(0), default=60.0, metavar="S",
                         help="on shutdown, seconds to let running requests finish (default %(default)s)")
     parser.add_argument("--int8", action="store_true", help="int8 weights for the linear layers (less memory)")
-    parser.add_argument("--threads", type=option_types.threads, default=None, metavar="N",
-                        help="CPU threads for the model (default: torch's)")
+    add_option(parser, "threads", THREADS, kind="int")
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -70,9 +73,6 @@ def bind(host: str, port: int) -> socket.socket:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from tinylm.inference.loading import load_for_generation
-    from tinylm.serve.app import create_app
-    from tinylm.serve.served_model import ServedModel
 
     use_threads(args.threads)
     model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8)

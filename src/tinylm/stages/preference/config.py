@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tinylm.errors import TinyLMError
+from tinylm.options import Option
 from tinylm.stages.post_config import PostTrainConfig
-from tinylm.stages.preference.losses import LossSpec, resolve
+from tinylm.stages.preference.losses import LOSSES, LossSpec, resolve
 from tinylm.stages.preference.reference import MODES
 
 
@@ -24,26 +25,33 @@ class PreferenceConfig(PostTrainConfig):
     eval_every: int = 50
 
 
+LOSS = "the loss and its reference"
 HYPER_PARAMETERS = ("beta", "gamma", "lam", "label_smoothing", "desirable_weight", "undesirable_weight")
 
 
 @dataclass
 class DPOConfig(PreferenceConfig):
-    loss: str = "dpo"  # see preference_losses.LOSSES
-    beta: float | None = None  # None: the loss's published default
-    gamma: float | None = None  # SimPO's target margin
-    lam: float | None = None  # CPO's and RPO's NLL weight, ORPO's odds-ratio weight
-    label_smoothing: float | None = None  # cDPO / robust DPO flip rate
-    desirable_weight: float | None = None  # KTO
-    undesirable_weight: float | None = None
-    ref: str | None = None  # the reference checkpoint; default: the base
-    reference: str = "auto"  # auto (cached, or adapters with LoRA), cached, copy, adapters
+    """The loss of the DPO family and its hyper-parameters (None: the loss's published value), and the reference."""
+
+    loss: str = Option("the preference loss (see docs/posttrain/preference.md)", choices=lambda: tuple(LOSSES),
+                       strict_choices=False, metavar="NAME", group=LOSS)("dpo")
+    beta: float | None = Option("the loss's beta (default: its published value)", low=0, low_open=True,
+                                group=LOSS)(None)
+    gamma: float | None = Option("SimPO's target margin gamma (default 0.5)", group=LOSS)(None)
+    lam: float | None = Option("CPO's, RPO's NLL weight (1.0), ORPO's odds ratio's (0.1)", low=0, group=LOSS)(None)
+    label_smoothing: float | None = Option("cdpo / robust: label flip rate (0.1)", low=0, high=0.5, high_open=True,
+                                           group=LOSS)(None)
+    desirable_weight: float | None = Option("KTO: weight of desirable answers (1.0)", low=0, low_open=True,
+                                            group=LOSS)(None)
+    undesirable_weight: float | None = Option("KTO: weight of undesirable answers (1.0)", low=0, low_open=True,
+                                              group=LOSS)(None)
+    ref: str | None = Option("reference checkpoint (default: the base)", metavar="RUN", group=LOSS)(None)
+    reference: str = Option("how pi_ref is computed: auto = cached, or adapters with LoRA",
+                            choices=("auto", *MODES), group=LOSS)("auto")
 
     def validate(self) -> None:
         super().validate()
         self.loss_spec()
-        if self.reference not in ("auto", *MODES):
-            raise TinyLMError(f"--reference must be auto, {', '.join(MODES)}; got {self.reference!r}")
         if self.reference == "adapters" and not self.lora_rank:
             raise TinyLMError("--reference adapters needs LoRA (--lora-rank R): without adapters there is no base "
                               "to fall back to")
@@ -65,9 +73,6 @@ class DPOConfig(PreferenceConfig):
 
 @dataclass
 class RewardConfig(PreferenceConfig):
-    margin: float = 0.0  # Bradley-Terry with a margin: prefer the chosen answer by at least this much
+    """Bradley-Terry with a margin: prefer the chosen answer by at least this much."""
 
-    def validate(self) -> None:
-        super().validate()
-        if self.margin < 0:
-            raise TinyLMError(f"--margin must be >= 0, got {self.margin:g}")
+    margin: float = Option("Bradley-Terry margin: -log sigmoid(r_w - r_l - margin)", low=0)(0.0)

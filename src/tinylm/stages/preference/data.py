@@ -19,16 +19,15 @@ and counted (`on_error="skip"`). `builtin:TASK` generates verified pairs (tasks/
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tinylm.errors import TinyLMError
-from tinylm.stages.sft.data import HF_PREFIX, ON_ERROR, RowError, _checked, _hf_rows, _jsonl_rows, collect_rows
+from tinylm.stages.messages import Message, checked_messages
+from tinylm.stages.spec_rows import RowError, check_on_error, collect_rows, file_rows
+from tinylm.tasks.preference_pairs import preference_pairs
 from tinylm.tasks.registry import PREFIX as BUILTIN_PREFIX
 
-Message = dict[str, str]
 BUILTIN_DEFAULT_PAIRS = 2_000
 _HH_TURN = re.compile(r"\n\n(Human|Assistant): ")
 
@@ -63,8 +62,8 @@ class PreferenceData:
 def _prompt_messages(prompt: Any) -> list[Message]:
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}]
-    if isinstance(prompt, list) and prompt:  # checked as SFT checks messages (which wants an assistant turn)
-        return _checked([*prompt, {"role": "assistant", "content": ""}])[:-1]
+    if isinstance(prompt, list) and prompt:  # checked as every message list is (which wants an assistant turn)
+        return checked_messages([*prompt, {"role": "assistant", "content": ""}])[:-1]
     raise RowError("'prompt' must be a string or a non-empty list of messages")
 
 
@@ -74,7 +73,7 @@ def _split_side(side: Any, name: str) -> tuple[list[Message], str]:
         return [], side
     if not isinstance(side, list) or not side:
         raise RowError(f"'{name}' must be a string or a non-empty list of messages")
-    messages = _checked(side)
+    messages = checked_messages(side)
     if messages[-1]["role"] != "assistant":
         raise RowError(f"'{name}' must end with an assistant message")
     return messages[:-1], messages[-1]["content"]
@@ -132,25 +131,16 @@ def row_from_json(row: Any) -> PreferenceRow:
     return PreferenceRow(tuple(prompt), chosen, rejected)
 
 
-def _collect(spec: str, rows: Iterable[tuple[str, Any]], on_error: str, limit: int | None) -> PreferenceData:
-    pairs, skipped = collect_rows(rows, row_from_json, on_error, limit)
-    return PreferenceData(spec, pairs, skipped)
-
-
 def load_preferences(spec: str, split: str = "train", *, seed: int = 0, limit: int | None = None,
                      on_error: str = "stop") -> PreferenceData:
     """The preference rows a data spec names (`split` picks a builtin task's split or the default hf: split)."""
-    if on_error not in ON_ERROR:
-        raise TinyLMError(f"on_error={on_error!r}: choose 'stop' or 'skip'")
+    check_on_error(on_error)
     if spec.startswith(BUILTIN_PREFIX):
-        from tinylm.tasks.preference_pairs import preference_pairs
-
         pairs = preference_pairs(spec, split, limit or BUILTIN_DEFAULT_PAIRS, seed)
         loaded = PreferenceData(spec, [PreferenceRow(tuple(p.example.prompt), p.chosen, p.rejected) for p in pairs])
-    elif spec.startswith(HF_PREFIX):
-        loaded = _collect(spec, _hf_rows(spec, split), on_error, limit)
     else:
-        loaded = _collect(spec, _jsonl_rows(Path(spec)), on_error, limit)
+        rows, bad_rows = collect_rows(file_rows(spec, split), row_from_json, on_error, limit)
+        loaded = PreferenceData(spec, rows, bad_rows)
     if not loaded.rows:
         skipped = f" ({len(loaded.skipped)} rows skipped, first: {loaded.skipped[0]})" if loaded.skipped else ""
         raise TinyLMError(f"{spec}: no preference pairs to train on{skipped}")

@@ -21,7 +21,9 @@ from torch import nn
 
 from tinylm.checkpoint import TOKENIZER, checkpoint_model_config, load_weights, resolve_checkpoint
 from tinylm.errors import TinyLMError
+from tinylm.evaluate.exact_match import exact_match
 from tinylm.models.factory import build_model
+from tinylm.models.vocab_growth import init_token_rows
 from tinylm.runtime.device import autocast
 from tinylm.stages.preference.config import DPOConfig
 from tinylm.stages.preference.data import PreferenceRow
@@ -41,14 +43,12 @@ from tinylm.train.stage import Batch, StageContext, StageLoss
 EVAL_SUMS = ("loss", "accuracy", "margin", "logp_accuracy")
 
 
-
-
-class DPOStage(PairStage):
+class DPOStage(PairStage[DPOConfig]):
     name = "dpo"
     evaluate_at_start = True
 
-    def setup(self, ctx: StageContext) -> None:
-        cfg: DPOConfig = ctx.cfg  # type: ignore[assignment]
+    def setup(self, ctx: StageContext[DPOConfig]) -> None:
+        cfg = ctx.cfg
         self.spec, self.params = cfg.loss_spec()
         self.mode = cfg.reference_mode()
         super().setup(ctx)
@@ -92,8 +92,6 @@ class DPOStage(PairStage):
 
     def _reference_model(self) -> nn.Module:
         """--ref, or the starting model: the base's weights with the chat rows (never a resumed run's weights)."""
-        from tinylm.models.vocab_growth import init_token_rows
-
         assert self.ref_path is not None
         if self.ref_path != self.base:
             reference = build_model(checkpoint_model_config(self.ref_path))
@@ -128,11 +126,11 @@ class DPOStage(PairStage):
         p = self.pair_logps(model, batch)
         params = self.params if REFERENCE_POINT not in batch else {**self.params, "reference_point":
                                                                    batch[REFERENCE_POINT]}
-        return pair_loss(self.ctx.cfg.loss, p, params), p  # type: ignore[attr-defined]
+        return pair_loss(self.ctx.cfg.loss, p, params), p
 
     def begin_step(self, model: nn.Module, batches: list[Batch]) -> None:
         """KTO: the step's z_0 over all its micro-batches and ranks, given to each (stages/preference/kto_step.py)."""
-        if self.ctx.cfg.loss != "kto":  # type: ignore[attr-defined]
+        if self.ctx.cfg.loss != "kto":
             return
         z0 = step_reference_point(model, batches, self._logps_keeping_reference, self.ctx.env, self.ctx.device,
                                   self.ctx.dtype)
@@ -159,7 +157,7 @@ class DPOStage(PairStage):
         """Means over the held-out pairs of EVAL_SUMS (preference accuracy: implicit reward margin > 0); KTO's z_0
         is the whole held-out set's, so the held-out loss does not depend on the batch size or ranks either."""
         shared: dict[str, torch.Tensor] = {}
-        if self.ctx.cfg.loss == "kto":  # type: ignore[attr-defined]
+        if self.ctx.cfg.loss == "kto":
             shared[REFERENCE_POINT] = step_reference_point(model, self.dev_batches(), self.pair_logps,
                                                            self.ctx.env, self.ctx.device, self.ctx.dtype)
 
@@ -173,23 +171,20 @@ class DPOStage(PairStage):
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         result = self.held_out_scores(model)
         if self.task is not None and self.eval_problems and self.ctx.env.is_main and not self.ctx.cfg.fsdp:
-            from tinylm.evaluate.exact_match import exact_match
-
-            cfg: DPOConfig = self.ctx.cfg  # type: ignore[assignment]
             with autocast(self.ctx.device, self.ctx.dtype):
-                score = exact_match(model, self.chat, self.task, self.eval_problems, cfg.max_new_tokens)
+                score = exact_match(model, self.chat, self.task, self.eval_problems, self.ctx.cfg.max_new_tokens)
             result["exact_match"] = score.accuracy
             self.last_samples = score.samples
         return result
 
     def describe(self) -> list[str]:
-        cfg: DPOConfig = self.ctx.cfg  # type: ignore[assignment]
+        cfg = self.ctx.cfg
         params = ", ".join(f"{k} {v:g}" for k, v in self.params.items())
         reference = "none (reference-free)" if self.mode is None else f"{self.mode} ({self.ref_path})"
         return [*super().describe(), f"loss: {cfg.loss} ({params}; {self.spec.paper})", f"reference: {reference}"]
 
     def checkpoint_meta(self) -> dict[str, Any]:
-        cfg: DPOConfig = self.ctx.cfg  # type: ignore[assignment]
+        cfg = self.ctx.cfg
         return {**super().checkpoint_meta(), "preference_loss": {"name": cfg.loss, **self.params},
                 "reference": str(self.ref_path) if self.ref_path else None}
 

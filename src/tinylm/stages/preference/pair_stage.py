@@ -10,26 +10,31 @@ torchrun equal one big batch. The base, the chat tokens, LoRA and the lineage ar
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
+from tinylm.data.row_loader import RowLoader
 from tinylm.errors import TinyLMError
 from tinylm.runtime.device import autocast
 from tinylm.runtime.distributed import all_reduce_sum
 from tinylm.stages.from_base import FromBaseStage, held_out
-from tinylm.stages.post_config import PostTrainConfig
+from tinylm.stages.preference.config import PreferenceConfig
 from tinylm.stages.preference.data import PreferenceRow, load_preferences
 from tinylm.stages.preference.pair_rows import EncodedPairs, encode_pairs
+from tinylm.tasks.preference_pairs import task_pairs
+from tinylm.tasks.registry import get_task
 from tinylm.train.stage import Batch
+
+PrefConfigT = TypeVar("PrefConfigT", bound=PreferenceConfig)  # DPOConfig or RewardConfig
 
 
 def _key(row: PreferenceRow) -> list[Any]:
     return [row.prompt, row.chosen, row.rejected]
 
 
-class PairStage(FromBaseStage):
+class PairStage(FromBaseStage[PrefConfigT]):
     """Pairs in, rows out; subclasses give the model, the loss and the evaluation."""
 
     width_extra = 1  # a row holds seq_len + 1 tokens: inputs [:-1], next-token targets [1:]
@@ -38,18 +43,15 @@ class PairStage(FromBaseStage):
         self.task: Any = None
         self.eval_problems: list[Any] = []
 
-    def setup_data(self, cfg: PostTrainConfig) -> None:
+    def setup_data(self, cfg: PrefConfigT) -> None:
         train, dev = self._pairs(cfg)
         self.train_rows, train_line = self._encode(train, "train")
         self.dev_rows, dev_line = self._encode(dev, "dev")
         self.report += [train_line, dev_line]
 
-    def _pairs(self, cfg: PostTrainConfig) -> tuple[list[PreferenceRow], list[PreferenceRow]]:
+    def _pairs(self, cfg: PrefConfigT) -> tuple[list[PreferenceRow], list[PreferenceRow]]:
         spec = cfg.data or ""
         if spec.startswith("builtin:"):
-            from tinylm.tasks.preference_pairs import task_pairs
-            from tinylm.tasks.registry import get_task
-
             self.task = get_task(spec)
             train = load_preferences(spec, "train", seed=cfg.seed, limit=cfg.train_examples).rows
             self.eval_problems = self.task.examples("test", cfg.eval_examples, cfg.seed)
@@ -89,8 +91,6 @@ class PairStage(FromBaseStage):
 
     def make_loader(self) -> None:
         """The loader over the training rows (made once the rows are final: DPO adds cached reference log-probs)."""
-        from tinylm.data.row_loader import RowLoader
-
         ctx, cfg = self.ctx, self.ctx.cfg
         self.loader = RowLoader(self.train_rows.tensors, cfg.batch_size, seed=cfg.seed, rank=ctx.env.rank,
                                 world_size=ctx.env.world_size, device=ctx.device)

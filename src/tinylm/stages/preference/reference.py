@@ -20,6 +20,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from tinylm.models.lora import lora_modules
 from tinylm.runtime.device import autocast
 from tinylm.stages.preference.sequence_logprobs import pair_logprobs
 
@@ -29,8 +30,6 @@ MODES = ("cached", "copy", "adapters")
 @contextmanager
 def adapters_disabled(model: nn.Module) -> Iterator[nn.Module]:
     """`model` computing as its base: every LoRALinear's update scaled by 0 (restored on exit), eval mode."""
-    from tinylm.models.lora import lora_modules
-
     adapters = [module for _, module in lora_modules(model)]
     scales = [module.scale for module in adapters]
     was_training = model.training

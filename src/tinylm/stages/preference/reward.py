@@ -18,25 +18,30 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinylm.checkpoint import checkpoint_model_config, read_checkpoint_config, read_weights, resolve_checkpoint
-from tinylm.errors import TinyLMError
-from tinylm.models.factory import build_model
-from tinylm.models.reward_model import (
-    BACKBONE,
-    RewardModel,
-    bradley_terry_loss,
-    pair_scores,
+from tinylm.checkpoint import (
+    TOKENIZER,
+    checkpoint_model_config,
+    full_state_dict,
+    read_checkpoint_config,
+    read_weights,
+    resolve_checkpoint,
     reward_checkpoint_weights,
 )
+from tinylm.errors import TinyLMError
+from tinylm.models.factory import build_model
+from tinylm.models.reward_model import BACKBONE, RewardModel, bradley_terry_loss, pair_scores
+from tinylm.stages.preference.config import RewardConfig
+from tinylm.stages.preference.data import PreferenceRow
+from tinylm.stages.preference.pair_rows import encode_pairs
 from tinylm.stages.preference.pair_stage import PairStage
+from tinylm.tokenizer import load_tokenizer
+from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.train.stage import Batch, StageLoss
 
 EVAL_SUMS = ("loss", "accuracy", "margin")
 
 
-
-
-class RewardStage(PairStage):
+class RewardStage(PairStage[RewardConfig]):
     name = "reward"
     evaluate_at_start = True
     width_extra = 0  # the whole sequence, up to and including <|end|>, is the input: seq_len tokens
@@ -55,10 +60,8 @@ class RewardStage(PairStage):
         """Nothing yet: the checkpoint holds the backbone *and* the head, loaded once the head exists."""
 
     def _resume_reward_model(self, model: RewardModel, resume: Path) -> None:
-        from tinylm.checkpoint import full_state_dict
-
         stored = read_weights(resume)
-        if not self.ctx.cfg.lora_rank:  # type: ignore[attr-defined]
+        if not self.ctx.cfg.lora_rank:
             model.load_state_dict(full_state_dict(model, stored, resume), strict=True)
             return
         with torch.no_grad():  # adapters, score head and any matrix trained whole
@@ -68,7 +71,7 @@ class RewardStage(PairStage):
 
     def checkpoint_weights(self, model: nn.Module, gathered: dict[str, torch.Tensor] | None
                            ) -> dict[str, torch.Tensor] | None:
-        if not self.ctx.cfg.lora_rank:  # type: ignore[attr-defined]
+        if not self.ctx.cfg.lora_rank:
             return gathered
         # the adapters, the head and the matrices trained whole (an untied LM head too: it is frozen here, but
         # it has the grown vocabulary's rows, which the base lacks)
@@ -77,7 +80,7 @@ class RewardStage(PairStage):
 
     def pair_losses(self, model: nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         chosen, rejected = pair_scores(model, batch)
-        return bradley_terry_loss(chosen, rejected, self.ctx.cfg.margin), chosen, rejected  # type: ignore[attr-defined]
+        return bradley_terry_loss(chosen, rejected, self.ctx.cfg.margin), chosen, rejected
 
     def loss(self, model: nn.Module, batch: Batch) -> StageLoss:
         losses, chosen, rejected = self.pair_losses(model, batch)
@@ -96,7 +99,7 @@ class RewardStage(PairStage):
         return self.held_out_means(model, EVAL_SUMS, sums)
 
     def checkpoint_meta(self) -> dict[str, Any]:
-        meta = {**super().checkpoint_meta(), "reward_head": "score", "margin": self.ctx.cfg.margin}  # type: ignore
+        meta = {**super().checkpoint_meta(), "reward_head": "score", "margin": self.ctx.cfg.margin}
         adapter = meta.pop("adapter", None)  # backbone.* names: not a language model's adapter checkpoint
         if adapter is not None:
             meta["reward_adapter"] = adapter
@@ -109,9 +112,6 @@ class RewardStage(PairStage):
 def load_reward_model(path: str | Path) -> tuple[RewardModel, Any, dict[str, Any]]:
     """(reward model in eval mode, tokenizer, config.json) of a `tinylm reward` checkpoint; a LoRA run's loads
     as its base with the adapters folded in (a plain model again, as fast as a fully trained one)."""
-    from tinylm.checkpoint import TOKENIZER, full_state_dict
-    from tinylm.tokenizer import load_tokenizer
-
     ckpt = resolve_checkpoint(path)
     meta = read_checkpoint_config(ckpt)
     if meta.get("reward_head") != "score":
@@ -123,12 +123,9 @@ def load_reward_model(path: str | Path) -> tuple[RewardModel, Any, dict[str, Any
 
 
 @torch.no_grad()
-def score_answers(model: RewardModel, chat: Any, prompts: list[list[dict[str, str]]], answers: list[str]
+def score_answers(model: RewardModel, chat: ChatFormat, prompts: list[list[dict[str, str]]], answers: list[str]
                   ) -> torch.Tensor:
     """r(x, y) [N] for each prompt's answer, as the reward model saw pairs in training (what RL rewards with)."""
-    from tinylm.stages.preference.data import PreferenceRow
-    from tinylm.stages.preference.pair_rows import encode_pairs
-
     rows = [PreferenceRow(tuple(p), a, None) for p, a in zip(prompts, answers, strict=True)]
     encoded = encode_pairs(rows, chat, model.config.context_length)
     if encoded.dropped:

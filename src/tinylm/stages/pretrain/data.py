@@ -11,7 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from tinylm.config import ModelConfig
+from tinylm.data import prepare  # called through its module: looked up at each call, so a test can stand in for it
+from tinylm.data.shards import check_data_dir
 from tinylm.errors import TinyLMError
+from tinylm.paths import default_data_dir
 from tinylm.runtime.distributed import DistEnv, all_gather_objects, barrier
 
 DEFAULT_CORPUS = "pystdlib"
@@ -25,10 +28,6 @@ def default_tokenizer(vocab_size: int) -> str:
 
 def prepare_default_data(model_config: ModelConfig, env: DistEnv, progress: bool = True) -> Path:
     """The default corpus, prepared on rank 0 if missing (the other ranks wait), as a data folder."""
-    from tinylm.data.prepare import prepare_dataset
-    from tinylm.data.shards import check_data_dir
-    from tinylm.paths import default_data_dir
-
     tokenizer = default_tokenizer(model_config.vocab_size)
     path = default_data_dir(DEFAULT_CORPUS, tokenizer, model_config.vocab_size)
     error = None
@@ -37,8 +36,9 @@ def prepare_default_data(model_config: ModelConfig, env: DistEnv, progress: bool
             check_data_dir(path, vocab_size=model_config.vocab_size)
         except TinyLMError:
             try:
-                path = prepare_dataset(corpus=DEFAULT_CORPUS, tokenizer=tokenizer, vocab_size=model_config.vocab_size,
-                                       progress=progress, context_length=model_config.context_length)
+                path = prepare.prepare_dataset(corpus=DEFAULT_CORPUS, tokenizer=tokenizer,
+                                               vocab_size=model_config.vocab_size, progress=progress,
+                                               context_length=model_config.context_length)
             except TinyLMError as exc:
                 error = str(exc)
     path_str, error = all_gather_objects((str(path), error), env)[0]
@@ -50,8 +50,6 @@ def prepare_default_data(model_config: ModelConfig, env: DistEnv, progress: bool
 
 def resolve_data_dir(data: str | None, model_config: ModelConfig, env: DistEnv, progress: bool = True) -> Path:
     """The checked data folder for this model: `data`, or the default corpus prepared on demand."""
-    from tinylm.data.shards import check_data_dir
-
     path = prepare_default_data(model_config, env, progress) if data is None else Path(data)
     check_data_dir(path, vocab_size=model_config.vocab_size)
     return path

@@ -15,18 +15,22 @@ from torch import nn
 
 from tinylm.checkpoint import TOKENIZER, checkpoint_model_config, load_weights
 from tinylm.config import ModelConfig
+from tinylm.data.loader import BatchLoader, iter_sequential
+from tinylm.data.shards import read_sidecar
 from tinylm.errors import TinyLMError
 from tinylm.evaluate.dev_loss import bits_per_byte, evaluate
 from tinylm.models.factory import build_model
 from tinylm.runtime.device import autocast
 from tinylm.runtime.rng import seed_everything
 from tinylm.stages.pretrain.data import resolve_data_dir
+from tinylm.stages.pretrain.sample import sample_text
+from tinylm.tokenizer import load_tokenizer
 from tinylm.train.config import TrainConfig
 from tinylm.train.loop import TrainSummary, run_training
-from tinylm.train.stage import Batch, Stage, StageContext, StageLoss, lineage
+from tinylm.train.stage import Batch, Stage, StageContext, StageLoss, StageStart, lineage
 
 
-class PretrainStage(Stage):
+class PretrainStage(Stage[TrainConfig]):
     name = "pretrain"
     constant_weight = True
 
@@ -34,26 +38,28 @@ class PretrainStage(Stage):
         self.requested_model = model_config  # an exact model instead of the config's preset
 
     # ---- setup ---------------------------------------------------------------------------------
-    def setup(self, ctx: StageContext) -> None:
-        super().setup(ctx)
-        cfg = ctx.cfg
+    def configure(self, start: StageStart[TrainConfig]) -> ModelConfig:
+        """The model (the preset, an exact config, or a weights-only checkpoint's), before any data is read."""
+        cfg = start.cfg
         mcfg = self.requested_model or cfg.model_config()
-        if ctx.start_from is not None:  # weights only (e.g. `tinylm import`): its model, a fresh optimizer
-            mcfg = checkpoint_model_config(ctx.start_from)
-            ctx.say(f"{ctx.start_from} holds weights only: training them from step 0 with a fresh optimizer "
-                    "(model config taken from the checkpoint)")
+        if start.start_from is not None:  # weights only (e.g. `tinylm import`): its model, a fresh optimizer
+            mcfg = checkpoint_model_config(start.start_from)
+            start.say(f"{start.start_from} holds weights only: training them from step 0 with a fresh optimizer "
+                      "(model config taken from the checkpoint)")
         if cfg.gradient_checkpointing and not mcfg.gradient_checkpointing:
             mcfg = mcfg.replace(gradient_checkpointing=True)
         self.mcfg = mcfg
         self.seq_len = cfg.seq_len or mcfg.context_length
         if self.seq_len > mcfg.context_length:
             raise TinyLMError(f"--seq-len {self.seq_len} exceeds the model's context_length {mcfg.context_length}")
+        return mcfg
+
+    def setup(self, ctx: StageContext[TrainConfig]) -> None:
+        """The data, once the run's choices are final (after `configure`)."""
+        super().setup(ctx)
+        cfg, mcfg = ctx.cfg, self.mcfg
         # the data is checked (or prepared) before the model is built: a mismatch fails in a second
         self.data_dir = resolve_data_dir(cfg.data, mcfg, ctx.env, progress=cfg.progress)
-
-        from tinylm.data.loader import BatchLoader, iter_sequential
-        from tinylm.data.shards import read_sidecar
-
         env = ctx.env
         self.loader = BatchLoader(self.data_dir / "train.bin", cfg.batch_size, self.seq_len, seed=cfg.seed,
                                   rank=env.rank, world_size=env.world_size, device=str(ctx.device))
@@ -120,9 +126,6 @@ class PretrainStage(Stage):
         file = self.tokenizer_file()
         if cfg.sample_tokens <= 0 or cfg.fsdp or file is None or not file.is_file():
             return None  # a sharded model would need every rank in lockstep
-        from tinylm.stages.pretrain.sample import sample_text
-        from tinylm.tokenizer import load_tokenizer
-
         tokenizer = load_tokenizer(file)
         with autocast(self.ctx.device, self.ctx.dtype), torch.no_grad():
             return sample_text(model, tokenizer, cfg.prompt, cfg.sample_tokens, cfg.temperature, cfg.top_k,

@@ -1,37 +1,23 @@
-"""What distinguishes one RL algorithm from another, as data: the stage (stages/rl/stage.py) runs them all.
+"""Every RL algorithm `tinylm rl --algo` knows, by name, in the order `--help` lists them.
 
-Every algorithm here samples G responses per prompt, turns rewards into per-token advantages, and
-minimises a clipped surrogate (plus a KL term or a value loss) aggregated one of three ways. They
-differ only in the fields below; the formulas live in advantages.py, gae.py, policy_losses.py and kl.py.
+An algorithm is a row of data (`Algorithm`, algorithm.py) in its family's file, whose `FAMILY`
+lists its rows: a variant is one more row there; a new family is a new file and one entry here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from tinylm.stages.rl import grpo, ppo, reinforce_pp, rloo
+from tinylm.stages.rl.algorithm import Algorithm
 
-ADVANTAGES = ("group", "group-mean", "rloo", "group-mean-whitened", "gae")
-
-
-@dataclass(frozen=True)
-class Algorithm:
-    name: str
-    advantage: str  # one of ADVANTAGES
-    aggregation: str  # policy_losses.AGGREGATIONS
-    clip_low: float = 0.2
-    clip_high: float = 0.2  # > clip_low: DAPO's clip-higher
-    beta: float = 0.0  # KL coefficient (in the loss; PPO: in the per-token reward)
-    sequence_ratio: bool = False  # GSPO: one importance ratio per sequence
-    dynamic_sampling: bool = False  # DAPO: replace groups whose rewards are all equal
-    overlong_shaping: bool = False  # DAPO: a soft penalty for responses near the length limit
-    value_head: bool = False  # PPO
-    min_group: int = 2  # samples per prompt the advantage needs
-    summary: str = ""
+FAMILIES: tuple[tuple[Algorithm, ...], ...] = (
+    grpo.FAMILY,
+    rloo.FAMILY,
+    reinforce_pp.FAMILY,
+    ppo.FAMILY,
+)
+ALGORITHMS: dict[str, Algorithm] = {algorithm.name: algorithm for family in FAMILIES for algorithm in family}
 
 
 def algorithms() -> dict[str, Algorithm]:
-    from tinylm.stages.rl.grpo import GRPO_FAMILY
-    from tinylm.stages.rl.ppo import PPO
-    from tinylm.stages.rl.reinforce_pp import REINFORCE_PP
-    from tinylm.stages.rl.rloo import RLOO
-
-    return {a.name: a for a in (*GRPO_FAMILY, RLOO, REINFORCE_PP, PPO)}
+    """The registry by name (a copy: a caller may not change what another one sees)."""
+    return dict(ALGORITHMS)

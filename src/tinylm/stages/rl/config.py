@@ -9,37 +9,52 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 from tinylm.errors import TinyLMError
+from tinylm.options import MAX_NEW_TOKENS, TEMPERATURE, TOP_K, TOP_P, Option
 from tinylm.stages.post_config import PostTrainConfig
 from tinylm.stages.rl.algorithms import Algorithm, algorithms
 from tinylm.stages.rl.kl import KL_ESTIMATORS
 from tinylm.stages.rl.policy_losses import AGGREGATIONS
+
+TASK, ALGORITHM, ROLLOUTS = "task and reward", "algorithm", "rollouts"
 
 
 @dataclass
 class RLConfig(PostTrainConfig):
     """PostTrainConfig plus what RL needs; --batch-size counts prompts (each sampled --group-size times)."""
 
-    task: str = "builtin:arith"
-    algo: str = "grpo"
-    reward: str = "exact"  # rewards.load_reward
-    reference: str | None = None  # the frozen KL reference (default: the base)
-    group_size: int = 8  # G responses per prompt
-    max_new_tokens: int = 12
-    top_p: float | None = None
-    epochs: int = 1  # optimizer steps per batch of rollouts
-    beta: float | None = None  # KL coefficient (default: the algorithm's)
-    kl_estimator: str = "k3"
-    clip_low: float | None = None
-    clip_high: float | None = None
-    aggregation: str | None = None  # token-mean, seq-mean-token-mean, seq-sum-constant (default: the algorithm's)
-    oversample: int = 4  # DAPO dynamic sampling: prompts tried per slot before an all-equal group is kept
-    overlong_buffer: int | None = None  # DAPO: the soft-penalty zone before the length limit (default limit // 4)
-    gamma: float = 1.0  # PPO / GAE
-    lam: float = 0.95
-    vf_coef: float = 0.1
-    value_clip: float = 0.2
+    # pretraining's sample options, and the data-file options RL (which samples its own answers) does not take
+    hidden_options: ClassVar[tuple[str, ...]] = ("preset", "arch", "overrides", "prompt", "sample_tokens", "data",
+                                                 "eval_data", "dev_fraction", "on_error")
+
+    task: str = Option("the prompts and their verifier: builtin:arith?digits=2&ops=+ ...", metavar="SPEC",
+                       group=TASK)("builtin:arith")
+    reward: str = Option("exact, exact+format, python (sandboxed), model:PATH or module:function", metavar="SPEC",
+                         group=TASK)("exact")
+    reference: str | None = Option("frozen KL reference (default: --base)", metavar="RUN", group=TASK)(None)
+    algo: str = Option("the RL algorithm", choices=lambda: tuple(algorithms()), group=ALGORITHM)("grpo")
+    epochs: int = Option("optimizer steps per batch of rollouts", low=1, group=ALGORITHM)(1)
+    aggregation: str | None = Option("loss aggregation (default: the algo's)", choices=AGGREGATIONS,
+                                     group=ALGORITHM)(None)
+    beta: float | None = Option("KL coefficient (default: the algo's)", low=0, group=ALGORITHM)(None)
+    kl_estimator: str = Option("per-token KL estimator", choices=KL_ESTIMATORS, group=ALGORITHM)("k3")
+    clip_low: float | None = Option("epsilon: ratio clipped below 1 - eps", low=0, group=ALGORITHM)(None)
+    clip_high: float | None = Option("ratio clipped above 1 + eps (DAPO: 0.28)", low=0, group=ALGORITHM)(None)
+    oversample: int = Option("dapo: prompts tried per slot before an all-equal group is kept", low=1,
+                             group=ALGORITHM)(4)
+    overlong_buffer: int | None = Option("dapo: soft length-penalty zone in tokens (default: limit // 4)", low=0,
+                                         group=ALGORITHM)(None)
+    gamma: float = Option("ppo: discount", low=0, high=1, group=ALGORITHM)(1.0)
+    lam: float = Option("ppo: GAE lambda", low=0, high=1, group=ALGORITHM)(0.95)
+    vf_coef: float = Option("ppo: value loss weight", low=0, group=ALGORITHM)(0.1)
+    value_clip: float = Option("ppo: value clip range", low=0, group=ALGORITHM)(0.2)
+    group_size: int = Option("responses sampled per prompt", low=1, metavar="G", group=ROLLOUTS)(8)
+    max_new_tokens: int = MAX_NEW_TOKENS(12, group=ROLLOUTS, note="of a response")
+    temperature: float = TEMPERATURE(1.0, group=ROLLOUTS, note="RL samples: must be > 0")
+    top_k: int | None = TOP_K(None, group=ROLLOUTS)
+    top_p: float | None = TOP_P(None, group=ROLLOUTS)
     # RL-sized defaults of the shared options
     batch_size: int = 8
     max_steps: int = 100
@@ -51,16 +66,11 @@ class RLConfig(PostTrainConfig):
     log_every: int = 1
     checkpoint_every: int = 0
     sample_tokens: int = 0
-    temperature: float = 1.0
-    top_k: int | None = None
     dtype: str = "fp32"  # the sampler's and the trainer's log-probs agree to 1e-5 in float32
 
     def validate(self) -> None:
         super().validate()
-        known = algorithms()
-        if self.algo not in known:
-            raise TinyLMError(f"unknown --algo {self.algo!r}: choose one of {', '.join(known)}")
-        algo = known[self.algo]
+        algo = algorithms()[self.algo]
         if self.group_size < algo.min_group:
             raise TinyLMError(f"--algo {self.algo} compares responses within a group: --group-size must be >= "
                               f"{algo.min_group} (got {self.group_size})")
@@ -68,16 +78,6 @@ class RLConfig(PostTrainConfig):
             raise TinyLMError(f"RL samples its rollouts: --temperature must be > 0 (got {self.temperature})")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise TinyLMError(f"--top-p must be in (0, 1], got {self.top_p}")
-        if self.aggregation is not None and self.aggregation not in AGGREGATIONS:
-            raise TinyLMError(f"unknown --aggregation {self.aggregation!r}: choose {', '.join(AGGREGATIONS)}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise TinyLMError(f"unknown --kl-estimator {self.kl_estimator!r}: choose {', '.join(KL_ESTIMATORS)}")
-        for name in ("epochs", "oversample"):
-            if getattr(self, name) < 1:
-                raise TinyLMError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
-        for name in ("beta", "clip_low", "clip_high"):
-            if getattr(self, name) is not None and getattr(self, name) < 0:
-                raise TinyLMError(f"--{name.replace('_', '-')} must be >= 0")
         if self.fsdp:
             raise TinyLMError("tinylm rl samples with whole weights on every rank: use DDP (no --fsdp)")
 

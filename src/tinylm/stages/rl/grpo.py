@@ -9,12 +9,13 @@
     gspo     (Zheng et al., 2025) the importance ratio and its clipping per sequence (geometric mean of
              the token ratios), with GSPO's tight clip range
 
-How a batch becomes a loss is `stages/rl/stage.py`; the formulas are in advantages.py and policy_losses.py.
+How a batch becomes a loss is `stages/rl/stage.py` (rounds: collect.py, the loss: update.py); the formulas are
+in advantages.py and policy_losses.py.
 """
 
 from __future__ import annotations
 
-from tinylm.stages.rl.algorithms import Algorithm
+from tinylm.stages.rl.algorithm import Algorithm
 
 GRPO = Algorithm("grpo", advantage="group", aggregation="seq-mean-token-mean", beta=0.04,
                  summary="group-normalised advantages, clipped surrogate, k3 KL to the reference")
@@ -25,4 +26,4 @@ DAPO = Algorithm("dapo", advantage="group", aggregation="token-mean", clip_low=0
                  summary="clip-higher, dynamic sampling, token-level loss, overlong shaping")
 GSPO = Algorithm("gspo", advantage="group", aggregation="seq-mean-token-mean", clip_low=3e-4, clip_high=4e-4,
                  sequence_ratio=True, summary="sequence-level importance ratio and clipping")
-GRPO_FAMILY = (GRPO, DR_GRPO, DAPO, GSPO)
+FAMILY = (GRPO, DR_GRPO, DAPO, GSPO)  # what algorithms.py registers, in this order

@@ -16,10 +16,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tinylm.stages.rl.algorithms import Algorithm
+from tinylm.stages.rl.algorithm import Algorithm
 
 PPO = Algorithm("ppo", advantage="gae", aggregation="token-mean", beta=0.05, value_head=True, min_group=1,
                 summary="value head, GAE, value clipping, KL-shaped reward")
+FAMILY = (PPO,)  # what algorithms.py registers, in this order
 VALUE_PREFIX = "value_head."
 
 

@@ -9,7 +9,8 @@ rewards barely differ. The loss is token-level with the clipped surrogate and a 
 
 from __future__ import annotations
 
-from tinylm.stages.rl.algorithms import Algorithm
+from tinylm.stages.rl.algorithm import Algorithm
 
 REINFORCE_PP = Algorithm("reinforce_pp", advantage="group-mean-whitened", aggregation="token-mean", beta=0.01,
                          summary="REINFORCE++: group-mean baseline, batch-whitened advantages, k3 KL")
+FAMILY = (REINFORCE_PP,)  # what algorithms.py registers, in this order

@@ -20,8 +20,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from tinylm.errors import TinyLMError
+from tinylm.stages.preference.reward import load_reward_model
+from tinylm.tasks.sandbox import run_python
 from tinylm.tasks.task import Example, Task
+from tinylm.tokenizer.chat_format import ChatFormat
 
 FORMAT_BONUS = 0.1
 SampleReward = Callable[[str, Example], float]
@@ -85,8 +90,6 @@ class Reward:
 
 def python_output_reward(timeout: float = 2.0) -> SampleReward:
     """1 when the response, run as a Python program in the sandbox, prints exactly the answer."""
-    from tinylm.tasks.sandbox import run_python
-
     def reward(response: str, example: Example) -> float:
         result = run_python(response, timeout=timeout)
         return float(result.ok and result.stdout.strip() == example.answer.strip())
@@ -108,11 +111,6 @@ def _user_function(spec: str) -> SampleReward:
 
 def _reward_model(path: str, device: Any) -> Reward:
     """A `tinylm reward` checkpoint scoring prompt + response, rendered with its own chat format."""
-    import torch
-
-    from tinylm.stages.preference.reward import load_reward_model
-    from tinylm.tokenizer.chat_format import ChatFormat
-
     model, tokenizer, _ = load_reward_model(path)
     if tokenizer is None:
         raise TinyLMError(f"--reward model:{path}: the reward model has no tokenizer.json")

@@ -10,7 +10,8 @@ With one epoch the clipped surrogate is exactly REINFORCE; more epochs reuse the
 
 from __future__ import annotations
 
-from tinylm.stages.rl.algorithms import Algorithm
+from tinylm.stages.rl.algorithm import Algorithm
 
 RLOO = Algorithm("rloo", advantage="rloo", aggregation="seq-mean-token-mean",
                  summary="REINFORCE with a leave-one-out baseline")
+FAMILY = (RLOO,)  # what algorithms.py registers, in this order

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tinylm.stages.post_config import PostTrainConfig
+from tinylm.options import Option
+from tinylm.stages.post_config import BASE_AND_DATA, PostTrainConfig
 
 
 @dataclass
 class SFTConfig(PostTrainConfig):
     """PostTrainConfig plus packing; the defaults fine-tune the demo model on `builtin:arith` in minutes."""
 
-    packing: bool = True
+    packing: bool = Option("one conversation per row instead of several packed", flag="--no-packing",
+                           group=BASE_AND_DATA)(True)

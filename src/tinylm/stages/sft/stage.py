@@ -22,17 +22,20 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinylm.data.packing import IGNORE
+from tinylm.data.packing import IGNORE, as_tensors, count_truncated, pack, padding_waste, unpacked
+from tinylm.data.row_loader import RowLoader
 from tinylm.errors import TinyLMError
+from tinylm.evaluate.exact_match import exact_match
 from tinylm.runtime.device import autocast
 from tinylm.runtime.distributed import all_reduce_sum
 from tinylm.stages.from_base import FromBaseStage, held_out
-from tinylm.stages.post_config import PostTrainConfig
 from tinylm.stages.sft.config import SFTConfig
+from tinylm.stages.sft.data import load_conversations
+from tinylm.tasks.registry import get_task
 from tinylm.train.stage import Batch, StageLoss
 
 
-class SFTStage(FromBaseStage):
+class SFTStage(FromBaseStage[SFTConfig]):
     name = "sft"
     evaluate_at_start = True  # the base's score is the "before" of the run
 
@@ -41,24 +44,18 @@ class SFTStage(FromBaseStage):
         self.eval_problems: list[Any] = []
 
     # ---- data ----------------------------------------------------------------------------------
-    def setup_data(self, cfg: PostTrainConfig) -> None:
-        train, dev = self._conversations(cfg)  # type: ignore[arg-type]
+    def setup_data(self, cfg: SFTConfig) -> None:
+        train, dev = self._conversations(cfg)
         self.train_rows, train_report = self._rows(train, "train")
         self.dev_rows, dev_report = self._rows(dev, "dev")
         self.report += [train_report, dev_report]
-        from tinylm.data.row_loader import RowLoader
-
         env = self.ctx.env
         self.loader = RowLoader(self.train_rows, cfg.batch_size, seed=cfg.seed, rank=env.rank,
                                 world_size=env.world_size, device=self.ctx.device)
 
     def _conversations(self, cfg: SFTConfig) -> tuple[list[list[dict[str, str]]], list[list[dict[str, str]]]]:
-        from tinylm.stages.sft.data import load_conversations
-
         spec = cfg.data or ""
         if spec.startswith("builtin:"):
-            from tinylm.tasks.registry import get_task
-
             self.task = get_task(spec)
             train = load_conversations(spec, "train", seed=cfg.seed, limit=cfg.train_examples).conversations
             self.eval_problems = self.task.examples("test", cfg.eval_examples, cfg.seed)
@@ -78,8 +75,6 @@ class SFTStage(FromBaseStage):
 
     def _rows(self, conversations: list[list[dict[str, str]]], split: str) -> tuple[dict[str, torch.Tensor], str]:
         """Rendered, checked, packed (or padded) rows as tensors, and a line that says what happened."""
-        from tinylm.data.packing import as_tensors, count_truncated, pack, padding_waste, unpacked
-
         examples, nothing_to_learn = [], 0
         for messages in conversations:
             rendered = self.chat.render(messages)
@@ -152,11 +147,8 @@ class SFTStage(FromBaseStage):
         if loss is not None:
             result["dev_loss"] = loss
         if self.task is not None and self.eval_problems and self.ctx.env.is_main and not self.ctx.cfg.fsdp:
-            from tinylm.evaluate.exact_match import exact_match
-
-            cfg: SFTConfig = self.ctx.cfg  # type: ignore[assignment]
             with autocast(self.ctx.device, self.ctx.dtype):
-                score = exact_match(model, self.chat, self.task, self.eval_problems, cfg.max_new_tokens)
+                score = exact_match(model, self.chat, self.task, self.eval_problems, self.ctx.cfg.max_new_tokens)
             result["exact_match"] = score.accuracy
             self.last_samples = score.samples
         return result

@@ -1,0 +1,23 @@
+"""Which corpus a `--corpus` spec names: the embedded stdlib, local files, or a Hugging Face dataset.
+
+Each source builds a `Corpus` (corpus.py) from its spec; this is the one place that maps specs to sources.
+"""
+
+from __future__ import annotations
+
+from tinylm.data.corpus import Corpus
+from tinylm.data.files import local_corpus
+from tinylm.data.hf import hf_corpus
+from tinylm.data.pystdlib import pystdlib_corpus
+from tinylm.errors import TinyLMError
+
+
+def open_corpus(spec: str, text_field: str = "text") -> Corpus:
+    """The corpus `spec` names; TinyLMError (one line) when it cannot exist."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise TinyLMError("--corpus is empty: give pystdlib, a path, a glob or hf:NAME")
+    if spec == "pystdlib":
+        return pystdlib_corpus()
+    if spec.startswith("hf:"):
+        return hf_corpus(spec, text_field)
+    return local_corpus(spec, text_field)

@@ -1,0 +1,172 @@
+"""One round of rollouts: the step's prompts, G sampled responses each, scored and laid out as micro-batches.
+
+A round serves `--epochs` optimizer steps. Its prompts are numbered by a global slot (micro-batch j
+of rank r holds slots (j * world_size + r) * batch_size + i), and a slot's prompt and sampling seed
+depend only on (seed, round, slot, candidate), never on the micro-batch or the process that draws
+it: `--grad-accum k` and torchrun with n processes sample the rollouts one process samples.
+
+DAPO's dynamic sampling: a group whose G rewards all agree has zero advantage and teaches nothing.
+With `dynamic_sampling` each slot tries up to `--oversample` candidate prompts and keeps the first
+whose rewards differ (else the last); when any group of the step is informative, the uninformative
+ones are masked out of the loss. DAPO's overlong shaping adds a soft penalty near the length limit.
+
+Each micro-batch then gets what its loss needs from frozen models (the reference's log-probs, PPO's
+old values), and the step its advantages (step_advantages.py) and its totals (step_totals.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch import nn
+
+from tinylm.inference.sampling import SamplingParams
+from tinylm.runtime.device import autocast
+from tinylm.runtime.distributed import DistEnv, all_reduce_sum
+from tinylm.stages.rl.advantages import reward_spread
+from tinylm.stages.rl.algorithm import Algorithm
+from tinylm.stages.rl.config import RLConfig
+from tinylm.stages.rl.ppo import PolicyWithValue
+from tinylm.stages.rl.rewards import Reward
+from tinylm.stages.rl.rollout import on_response, policy_logprobs, response_positions, sample_rollouts
+from tinylm.stages.rl.step_advantages import step_advantages
+from tinylm.stages.rl.step_totals import StepTotals, step_totals
+from tinylm.tasks.task import Example, Task
+from tinylm.tokenizer.chat_format import ChatFormat
+from tinylm.tokenizer.tokenizer import Tokenizer
+from tinylm.train.stage import StageContext
+
+
+def stable_seed(*parts: int) -> int:
+    """A seed from integers, the same on every machine and process (no Python hash randomisation)."""
+    value = 0x9E3779B97F4A7C15
+    for part in parts:
+        value = (value ^ (part + 0x632BE59BD9B4E019)) * 0xBF58476D1CE4E5B9 % 2**63
+    return value
+
+
+def overlong_penalty(mask: torch.Tensor, limit: int, buffer: int | None) -> torch.Tensor:
+    """DAPO's soft overlong punishment: 0 up to L - buffer, then linear down to -1 at the limit L."""
+    width = buffer if buffer is not None else max(1, limit // 4)
+    lengths = mask.sum(-1).double()
+    return ((limit - width - lengths) / width).clamp(min=-1.0, max=0.0)
+
+
+class RolloutCollector:
+    """This rank's rounds of rollouts. It holds what sampling and scoring need; the run's context (device,
+    precision, ranks) and the models come with each round."""
+
+    def __init__(self, cfg: RLConfig, algo: Algorithm, chat: ChatFormat, tokenizer: Tokenizer, task: Task,
+                 pool: list[Example], reward: Reward, reference: nn.Module | None) -> None:
+        self.cfg, self.algo = cfg, algo
+        self.chat, self.tokenizer, self.task, self.reward, self.reference = chat, tokenizer, task, reward, reference
+        self.pool = pool
+        self.pool_ids = [chat.prompt_ids(e.prompt) for e in pool]
+        self.sampling = SamplingParams(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
+        self.tries = cfg.oversample if algo.dynamic_sampling else 1  # candidate prompts per slot
+        self.last_round_end: float | None = None  # the time between two rounds is the update's
+        self.failure_said = False
+
+    def collect(self, ctx: StageContext[RLConfig], round_index: int, policy: nn.Module,
+                value_model: PolicyWithValue | None) -> tuple[list[dict[str, Any]], StepTotals]:
+        """This rank's micro-batches for a round (rollouts, rewards, advantages) and the step's totals."""
+        env, device, algo = ctx.env, ctx.device, self.algo
+        t0 = time.perf_counter()
+        update_s = t0 - self.last_round_end if self.last_round_end is not None else 0.0
+        groups = [self._fill(ctx, round_index, slots, policy) for slots in self._slots(env)]
+        flat = [g for micro in groups for g in micro]
+        # DAPO: once any group of the step is informative, the uninformative ones leave the loss
+        n_informative = torch.tensor([float(sum(g["informative"] for g in flat))], dtype=torch.float64, device=device)
+        any_informative = float(all_reduce_sum(n_informative, env)[0]) > 0
+        limit, buffer = self.cfg.max_new_tokens, self.cfg.overlong_buffer
+        for g in flat:
+            shaping = overlong_penalty(g["mask"], limit, buffer) if algo.overlong_shaping else 0.0
+            g["score"] = g["reward"] + shaping
+            g["keep"] = not (algo.dynamic_sampling and any_informative and not g["informative"])
+        micro_batches = [self._assemble(ctx, micro, value_model) for micro in groups]
+        step_advantages(micro_batches, algo, self.cfg.group_size, self.cfg.gamma, self.cfg.lam, env)
+        rollout_s = time.perf_counter() - t0
+        totals = step_totals(micro_batches, flat, algo.aggregation, rollout_s, update_s, env, device)
+        self.last_round_end = time.perf_counter()
+        return micro_batches, totals
+
+    def _slots(self, env: DistEnv) -> list[list[int]]:
+        """This rank's global slot numbers, one list per micro-batch."""
+        b, ws = self.cfg.batch_size, env.world_size
+        return [[(j * ws + env.rank) * b + i for i in range(b)] for j in range(self.cfg.grad_accum)]
+
+    def _fill(self, ctx: StageContext[RLConfig], round_index: int, slots: list[int], policy: nn.Module
+              ) -> list[dict[str, Any]]:
+        """Each slot's group; with dynamic sampling, the first candidate prompt whose rewards differ."""
+        filled: dict[int, dict[str, Any]] = {}
+        pending = list(slots)
+        for candidate in range(self.tries):
+            for slot, group in zip(pending, self._sample_slots(ctx, round_index, pending, candidate, policy)):
+                group["informative"] = bool(reward_spread(group["reward"], self.cfg.group_size)[0])
+                if group["informative"] or candidate == self.tries - 1:
+                    filled[slot] = group
+            pending = [s for s in pending if s not in filled]
+            if not pending:
+                break
+        return [filled[s] for s in slots]
+
+    def _sample_slots(self, ctx: StageContext[RLConfig], round_index: int, slots: list[int], candidate: int,
+                      policy: nn.Module) -> list[dict[str, Any]]:
+        """Sample and score G responses for each slot's `candidate`-th prompt; one dict per slot."""
+        cfg, G = self.cfg, self.cfg.group_size
+        prompts_per_round = cfg.batch_size * cfg.grad_accum * ctx.env.world_size
+        picks = [((round_index * prompts_per_round + s) * self.tries + candidate) % len(self.pool) for s in slots]
+        seeds = [stable_seed(cfg.seed, round_index, s, candidate) for s in slots]
+        with autocast(ctx.device, ctx.dtype):  # the same precision as the loss's recompute
+            rollouts = sample_rollouts(policy, [self.pool_ids[p] for p in picks], G, cfg.max_new_tokens,
+                                       self.sampling, seeds, self.chat.stop_ids, pad_id=self.tokenizer.eot_id)
+        stops = set(self.chat.stop_ids)
+        texts = [self.tokenizer.decode(r[:-1] if r and r[-1] in stops else r) for r in rollouts.responses]
+        examples = [self.pool[p] for p in picks for _ in range(G)]
+        scores = self.reward.score(texts, examples)
+        if scores.failures and not self.failure_said:
+            ctx.say(f"warning: {scores.failures} reward(s) failed and scored 0; first: {scores.first_failure}")
+            self.failure_said = True
+        correct = [float(self.task.verify(t, e)) for t, e in zip(texts, examples)]
+        out = []
+        for i in range(len(slots)):
+            rows = slice(i * G, (i + 1) * G)
+            out.append({"ids": rollouts.ids[rows], "mask": rollouts.response_mask[rows],
+                        "old_logp": rollouts.logprobs[rows], "stopped": rollouts.stopped[rows],
+                        "reward": torch.tensor(scores.rewards[rows], dtype=torch.float64),
+                        "correct": torch.tensor(correct[rows], dtype=torch.float64), "failures": 0,
+                        "tokens": int(rollouts.response_mask[rows].sum())})
+        if scores.failures:  # attribute the failures to the first slot: only their total is logged
+            out[0]["failures"] = scores.failures
+        return out
+
+    def _assemble(self, ctx: StageContext[RLConfig], micro: list[dict[str, Any]], value_model: PolicyWithValue | None
+                  ) -> dict[str, Any]:
+        """One micro-batch: its groups' rows padded to one length, the reference log-probs, old values."""
+        pad = self.tokenizer.eot_id
+        L = max(g["ids"].shape[1] for g in micro)
+
+        def padded(key: str, width: int, value: float) -> torch.Tensor:
+            parts = [torch.nn.functional.pad(g[key], (0, width - g[key].shape[1]), value=value) for g in micro]
+            return torch.cat(parts)
+
+        keep = torch.cat([torch.full((g["ids"].shape[0],), float(g["keep"])) for g in micro])
+        batch: dict[str, Any] = {
+            "ids": padded("ids", L, pad), "mask": padded("mask", L - 1, 0.0) * keep[:, None],
+            "old_logp": padded("old_logp", L - 1, 0.0), "score": torch.cat([g["score"] for g in micro]),
+            "reward": torch.cat([g["reward"] for g in micro]), "correct": torch.cat([g["correct"] for g in micro]),
+            "stopped": torch.cat([g["stopped"] for g in micro]),
+        }
+        device = ctx.device
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with torch.no_grad(), autocast(device, ctx.dtype):
+            if self.reference is not None:  # response tokens only, like the policy's recompute
+                batch["ref_logp"], _ = policy_logprobs(self.reference, batch["ids"], self.cfg.temperature,
+                                                       batch["mask"])
+            if value_model is not None:
+                wanted = batch["mask"] > 0
+                values = value_model(batch["ids"], logits_at=response_positions(wanted))[1]
+                batch["old_values"] = on_response(values.float(), wanted)
+        return batch

@@ -1,0 +1,117 @@
+"""A run's checkpoints: everything exact resume needs, written at a step and read back on `--resume`.
+
+A checkpoint holds the weights, the optimizer state, every rank's RNG state, the stage's data
+position, the schedule and the run's choices; the schedule itself is a pure function of the step.
+Restoring all of it makes the continued run compute, on CPU, bit-identical losses to a run that
+never stopped. Under FSDP the sharded weights and optimizer state are gathered whole first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tinylm.checkpoint import save_checkpoint
+from tinylm.config import ModelConfig
+from tinylm.errors import TinyLMError
+from tinylm.runtime.distributed import DistEnv, all_gather_objects, barrier
+from tinylm.runtime.rng import capture_rng, restore_rng
+from tinylm.runtime.run_choices import RunChoices
+from tinylm.train.config import TrainConfig
+from tinylm.train.optim import AnyOptimizer
+from tinylm.train.schedule import LRSchedule
+from tinylm.train.stage import Stage
+
+
+@dataclass
+class RunCheckpoints:
+    """Saves the run at a step, and puts a resumed run's train state back into the optimizer and the stage."""
+
+    cfg: TrainConfig
+    env: DistEnv
+    stage: Stage
+    run_dir: Path
+    raw: nn.Module  # the unwrapped model
+    model_config: ModelConfig
+    optimizer: AnyOptimizer
+    scaler: torch.amp.GradScaler | None
+    schedule: LRSchedule
+    choices: RunChoices
+    say: Callable[[str], None]
+
+    def save(self, step: int, tokens: int, metrics: dict[str, Any]) -> Path | None:
+        """Checkpoint `step` (collective under torchrun; only rank 0 writes)."""
+        cfg, env, stage = self.cfg, self.env, self.stage
+        weights = stage.checkpoint_weights(self.raw, self._model_state())
+        optimizer = self._optimizer_state()
+        rngs = all_gather_objects(capture_rng(), env)
+        path = None
+        if env.is_main:
+            train_state = {"step": step, "tokens": tokens, "optimizer": optimizer, "loader": stage.state_dict(),
+                           "rng": rngs, "schedule": self.schedule.to_dict(),
+                           "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+                           "world_size": env.world_size, "dtype": str(self.choices.dtype).removeprefix("torch."),
+                           "attention": self.choices.attention.value}
+            meta = {"tokens": tokens, "train": cfg.to_dict(), "params": self.raw.num_params(), "metrics": metrics,
+                    "run_choices": self.choices.record(), **stage.checkpoint_meta()}
+            path = save_checkpoint(self.run_dir, step, self.raw, self.model_config, state_dict=weights,
+                                   tokenizer_file=stage.tokenizer_file(), train_state=train_state, meta=meta,
+                                   keep_last=cfg.keep_last or None)
+        barrier(env)
+        return path
+
+    def restore(self, state: dict[str, Any], checkpoint: Path) -> tuple[int, int]:
+        """Load `checkpoint`'s train state into the optimizer, the loss scaler and the stage; (step, tokens)."""
+        optimizer = self.optimizer
+        base = [(g["initial_lr"], g["weight_decay"]) for g in optimizer.param_groups]
+        if self.cfg.fsdp:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict  # heavy
+
+            set_optimizer_state_dict(self.raw, optimizer, state["optimizer"],  # type: ignore[arg-type]
+                                     options=StateDictOptions(full_state_dict=True))
+        else:
+            try:
+                optimizer.load_state_dict(state["optimizer"])
+            except (ValueError, KeyError) as exc:
+                raise TinyLMError(f"checkpoint {checkpoint} has optimizer state for another optimizer "
+                                  f"(not --optimizer {self.cfg.optimizer}?): {exc}") from None
+        for group, (lr, wd) in zip(optimizer.param_groups, base):  # this invocation's settings win
+            group["initial_lr"], group["weight_decay"] = lr, wd
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.stage.load_state_dict(state["loader"])
+        if state.get("world_size", 1) != self.env.world_size:
+            self.say(f"note: checkpoint written by {state.get('world_size')} processes, resumed by "
+                     f"{self.env.world_size}: same data if the global batch is the same; dropout noise differs")
+        if state.get("schedule") and state["schedule"] != self.schedule.to_dict():
+            self.say(f"note: the schedule changed on resume: {state['schedule']} -> {self.schedule.to_dict()}")
+        return int(state["step"]), int(state["tokens"])
+
+    def _optimizer_state(self) -> dict[str, Any]:
+        if self.cfg.fsdp:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict  # heavy
+
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            return get_optimizer_state_dict(self.raw, self.optimizer, options=options)  # type: ignore[arg-type]
+        return self.optimizer.state_dict()
+
+    def _model_state(self) -> dict[str, torch.Tensor] | None:
+        """FSDP's shards gathered whole on the CPU; None (the model's own state dict) otherwise."""
+        if self.cfg.fsdp:
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict  # heavy
+
+            return get_model_state_dict(self.raw, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return None
+
+
+def restore_rank_rng(state: dict[str, Any] | None, rank: int) -> None:
+    """Put this rank's random streams back: the last thing before the first step, so setup cannot shift them."""
+    if state is None:
+        return
+    states = state["rng"]
+    restore_rng(states[rank] if rank < len(states) else states[0])

@@ -1,0 +1,110 @@
+"""The fast decoder declares what it supports, and over every test variant it either matches the model or declines.
+
+A variant the fast decoder takes must give the model's own logits (prefill, then token by token, at
+batch 1, batch 2 and a left-padded batch 2); one it declines must say why, and the runner the
+engine uses instead must give the model's logits. Models use a large init_std, as in test_engine.py,
+so that the logits are far from uniform.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from model_variants import all_configs, modern_config
+from tinylm.config import ModelConfig
+from tinylm.inference import fast_decode_support
+from tinylm.inference.fast_decode import FastDecoder, refusal
+from tinylm.inference.fast_decode_support import HANDLED, IRRELEVANT, unsupported_features
+from tinylm.inference.runners import ModelCacheRunner, RecomputeRunner, make_runner, runner_choice
+from tinylm.models.factory import build_model
+
+CONFIGS = all_configs()
+DECLINED = {"mla", "mla_qlora", "classic", "classic_sdpa"}  # the variants the fast decoder refuses, on purpose
+PREFILL, LENGTH = 12, 20
+
+
+def _model(config: ModelConfig) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_model(config.replace(init_std=0.4)).eval()
+
+
+def test_every_model_config_field_is_classified_once() -> None:
+    """The pointer: a new ModelConfig field fails here until fast_decode_support.py says how decoding treats it."""
+    names = {f.name for f in dataclasses.fields(ModelConfig)}
+    assert not set(HANDLED) & set(IRRELEVANT), "a field is both handled and irrelevant"
+    assert names - set(HANDLED) - set(IRRELEVANT) == set(), "classify these in inference/fast_decode_support.py"
+    assert set(HANDLED) | set(IRRELEVANT) <= names, "fast_decode_support.py names fields ModelConfig no longer has"
+    assert all(reason for reason in IRRELEVANT.values())
+
+
+def test_an_unclassified_field_is_refused_not_guessed(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = modern_config("gqa")
+    assert unsupported_features(config) == []
+    monkeypatch.delitem(fast_decode_support.HANDLED, "qk_norm")
+    assert unsupported_features(config) == ["qk_norm=False (a field fast_decode_support.py does not classify yet)"]
+
+
+def test_a_refused_value_names_the_field_and_what_is_handled() -> None:
+    assert unsupported_features(CONFIGS["mla"]) == ["attention='mla' (handled: 'standard')"]
+    assert unsupported_features(CONFIGS["classic"]) == ["arch='classic' (handled: 'modern')"]
+    with pytest.raises(ValueError, match="attention='mla'"):
+        FastDecoder(_model(CONFIGS["mla"]), batch_size=1)
+
+
+def test_the_engine_says_which_path_it_takes_and_why() -> None:
+    factory, why = runner_choice(_model(CONFIGS["mla"]))
+    assert factory is ModelCacheRunner and "the fast decoder does not handle attention='mla'" in why
+    factory, why = runner_choice(_model(CONFIGS["gqa"]))
+    assert factory is FastDecoder and "fast decoder" in why
+    assert runner_choice(_model(CONFIGS["gqa"]), fast=False)[0] is ModelCacheRunner
+    assert runner_choice(_model(CONFIGS["classic"]))[0] is RecomputeRunner
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_the_declined_variants_are_exactly_the_expected_ones(name: str) -> None:
+    """Neither a silent refusal (a slower path for a variant it handles) nor a silent acceptance."""
+    reason = refusal(_model(CONFIGS[name]))
+    assert (reason is not None) == (name in DECLINED), reason
+
+
+def _inputs(layout: str, vocab: int) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(idx [B, LENGTH], positions, valid): batch 1, batch 2, or batch 2 with the first row left-padded by 3.
+
+    Batch 1 is its own case: one row takes the single-row norm and the rotation-matrix RoPE.
+    """
+    batch = 1 if layout == "batch1" else 2
+    idx = torch.randint(0, vocab, (batch, LENGTH), generator=torch.Generator().manual_seed(1))
+    if layout != "padded":
+        return idx, None, None
+    valid = torch.ones(batch, LENGTH, dtype=torch.bool)
+    valid[0, :3] = False
+    return idx, (valid.long().cumsum(1) - 1).clamp(min=0), valid
+
+
+def _decode(runner, idx: torch.Tensor, positions: torch.Tensor | None, valid: torch.Tensor | None) -> torch.Tensor:
+    """Logits of every token: a prefill of PREFILL tokens, then one token per call, as the engine feeds them."""
+    pre = slice(0, PREFILL)
+    logits = [runner.extend(idx[:, pre], None if positions is None else positions[:, pre],
+                            None if valid is None else valid[:, pre], last_only=False)]
+    for t in range(PREFILL, LENGTH):
+        logits.append(runner.extend(idx[:, t : t + 1], None if positions is None else positions[:, t : t + 1]))
+    return torch.cat(logits, dim=1)
+
+
+@pytest.mark.parametrize("layout", ["batch1", "batch2", "padded"])
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_every_variant_decodes_the_models_logits(name: str, layout: str) -> None:
+    model = _model(CONFIGS[name])
+    idx, positions, valid = _inputs(layout, model.config.vocab_size)
+    with torch.inference_mode():
+        reference = model.lm_head(model.forward_hidden(idx, positions=positions, valid=valid))
+        runner = make_runner(model, idx.shape[0])  # what the engine decodes with
+        got = _decode(runner, idx, positions, valid)
+    if refusal(model) is None:
+        assert isinstance(runner, FastDecoder)
+    else:
+        assert not isinstance(runner, FastDecoder)
+    torch.testing.assert_close(got, reference, atol=1e-4, rtol=1e-4)
