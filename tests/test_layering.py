@@ -261,7 +261,6 @@ def unexplained_lazy_imports() -> list[Import]:
     return [e for e in all_imports() if e.in_function and not e.justified]
 
 
-@pytest.mark.xfail(strict=False, reason="the house issue: the lead and the helpers are moving these to the top")
 def test_lazy_imports_of_tinylm_say_why() -> None:
     """A tinylm module is imported at the top unless that would close a circle or slow the CLI's start,
     and the comment on the line (or the line above) says which."""
