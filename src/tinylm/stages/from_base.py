@@ -37,11 +37,14 @@ from tinylm.checkpoint import (
 )
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
+from tinylm.evaluate.exact_match import exact_match
 from tinylm.models.factory import build_model
 from tinylm.models.lora import apply_lora, load_lora_state_dict, lora_state_dict
 from tinylm.models.vocab_growth import init_token_rows
+from tinylm.runtime.device import autocast
 from tinylm.runtime.rng import seed_everything
 from tinylm.stages.post_config import PostTrainConfig
+from tinylm.tasks.task import Example, Task
 from tinylm.tokenizer import load_tokenizer
 from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.tokenizer.chat_tokens import with_chat_tokens
@@ -59,6 +62,19 @@ def held_out(item: Any, fraction: float) -> bool:
 
 class FromBaseStage(Stage[PostConfigT]):
     """A stage that starts from `--base`; subclasses read their data in `setup_data` and give their loss."""
+
+    task: Task | None = None  # a built-in task's held-out problems are scored by exact-match
+    eval_problems: list[Example] = []  # replaced by a stage's setup, never appended to
+    last_samples: list[tuple[str, str, bool]] | None = None  # (prompt, reply, verified) of the last evaluation
+
+    def held_out_exact_match(self, model: nn.Module) -> dict[str, float]:
+        """Greedy exact-match on the task's held-out problems, on rank 0 (a sharded model cannot decode alone)."""
+        if self.task is None or not self.eval_problems or not self.ctx.env.is_main or self.ctx.cfg.fsdp:
+            return {}
+        with torch.no_grad(), autocast(self.ctx.device, self.ctx.dtype):
+            score = exact_match(model, self.chat, self.task, self.eval_problems, self.ctx.cfg.max_new_tokens)
+        self.last_samples = score.samples
+        return {"exact_match": score.accuracy}
 
     def setup(self, ctx: StageContext[PostConfigT]) -> None:
         super().setup(ctx)
@@ -189,7 +205,9 @@ class FromBaseStage(Stage[PostConfigT]):
         if checkpoint is not None and self.ctx.cfg.lora_rank:
             self.ctx.say(f"merged copy (base + adapters, loadable without the base): "
                          f"{save_merged(checkpoint, self.policy)}")
-        return None
+        if not self.last_samples:
+            return None
+        return "\n".join(f"{'ok ' if ok else 'bad'} {prompt!r} -> {reply!r}" for prompt, reply, ok in self.last_samples)
 
 
 def save_merged(adapter_checkpoint: Path, model: nn.Module) -> Path:

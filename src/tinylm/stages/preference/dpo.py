@@ -21,10 +21,8 @@ from torch import nn
 
 from tinylm.checkpoint import TOKENIZER, checkpoint_model_config, load_weights, resolve_checkpoint
 from tinylm.errors import TinyLMError
-from tinylm.evaluate.exact_match import exact_match
 from tinylm.models.factory import build_model
 from tinylm.models.vocab_growth import init_token_rows
-from tinylm.runtime.device import autocast
 from tinylm.stages.preference.config import DPOConfig
 from tinylm.stages.preference.data import PreferenceRow
 from tinylm.stages.preference.kto_step import REFERENCE_POINT, step_reference_point
@@ -169,13 +167,7 @@ class DPOStage(PairStage[DPOConfig]):
         return self.held_out_means(model, EVAL_SUMS, sums)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
-        result = self.held_out_scores(model)
-        if self.task is not None and self.eval_problems and self.ctx.env.is_main and not self.ctx.cfg.fsdp:
-            with autocast(self.ctx.device, self.ctx.dtype):
-                score = exact_match(model, self.chat, self.task, self.eval_problems, self.ctx.cfg.max_new_tokens)
-            result["exact_match"] = score.accuracy
-            self.last_samples = score.samples
-        return result
+        return {**self.held_out_scores(model), **self.held_out_exact_match(model)}
 
     def describe(self) -> list[str]:
         cfg = self.ctx.cfg
@@ -187,10 +179,3 @@ class DPOStage(PairStage[DPOConfig]):
         cfg = self.ctx.cfg
         return {**super().checkpoint_meta(), "preference_loss": {"name": cfg.loss, **self.params},
                 "reference": str(self.ref_path) if self.ref_path else None}
-
-    def finish(self, model: nn.Module, checkpoint: Path | None) -> str | None:
-        super().finish(model, checkpoint)  # a LoRA run's merged copy
-        samples = getattr(self, "last_samples", None)
-        if not samples:
-            return None
-        return "\n".join(f"{'ok ' if ok else 'bad'} {prompt!r} -> {reply!r}" for prompt, reply, ok in samples)

@@ -39,10 +39,6 @@ class PairStage(FromBaseStage[PrefConfigT]):
 
     width_extra = 1  # a row holds seq_len + 1 tokens: inputs [:-1], next-token targets [1:]
 
-    def __init__(self) -> None:
-        self.task: Any = None
-        self.eval_problems: list[Any] = []
-
     def setup_data(self, cfg: PrefConfigT) -> None:
         train, dev = self._pairs(cfg)
         self.train_rows, train_line = self._encode(train, "train")

@@ -33,8 +33,6 @@ from torch import nn
 
 from tinylm.checkpoint import load_train_state, tied_aliases
 from tinylm.errors import TinyLMError
-from tinylm.evaluate.exact_match import exact_match
-from tinylm.runtime.device import autocast
 from tinylm.stages.from_base import FromBaseStage
 from tinylm.stages.rl.collect import RolloutCollector
 from tinylm.stages.rl.config import RLConfig
@@ -166,13 +164,10 @@ class RLStage(FromBaseStage[RLConfig]):
     # ---- evaluation ----------------------------------------------------------------------------
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         """Greedy exact-match on the task's held-out problems (rank 0), and a console line with the last rollouts."""
-        if not self.ctx.env.is_main or not self.eval_problems:
-            return {}
-        with torch.no_grad(), autocast(self.ctx.device, self.ctx.dtype):
-            score = exact_match(self.policy, self.chat, self.task, self.eval_problems, self.ctx.cfg.max_new_tokens)
-        self.last_samples = score.samples
-        self.ctx.say(status_line(self.steps_begun, score.accuracy, self.totals.metrics))
-        return {"exact_match": score.accuracy}
+        scores = self.held_out_exact_match(self.policy)
+        if scores:
+            self.ctx.say(status_line(self.steps_begun, scores["exact_match"], self.totals.metrics))
+        return scores
 
     # ---- checkpoints and the end ---------------------------------------------------------------
     def checkpoint_meta(self) -> dict[str, Any]:
@@ -180,10 +175,6 @@ class RLStage(FromBaseStage[RLConfig]):
         return {**super().checkpoint_meta(), "algo": cfg.algo, "reward": cfg.reward}
 
     def finish(self, model: nn.Module, checkpoint: Path | None) -> str | None:
-        super().finish(model, checkpoint)  # a LoRA run's merged copy
         with contextlib.suppress(TinyLMError, OSError):  # a run that logged nothing has nothing to draw
             plot_rl_runs([self.ctx.run_dir])
-        samples = getattr(self, "last_samples", None)
-        if not samples:
-            return None
-        return "\n".join(f"{'ok ' if ok else 'bad'} {prompt!r} -> {reply!r}" for prompt, reply, ok in samples)
+        return super().finish(model, checkpoint)  # a LoRA run's merged copy, the held-out samples

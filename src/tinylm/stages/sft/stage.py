@@ -25,7 +25,6 @@ from torch import nn
 from tinylm.data.packing import IGNORE, as_tensors, count_truncated, pack, padding_waste, unpacked
 from tinylm.data.row_loader import RowLoader
 from tinylm.errors import TinyLMError
-from tinylm.evaluate.exact_match import exact_match
 from tinylm.runtime.device import autocast
 from tinylm.runtime.distributed import all_reduce_sum
 from tinylm.stages.from_base import FromBaseStage, held_out
@@ -38,10 +37,6 @@ from tinylm.train.stage import Batch, StageLoss
 class SFTStage(FromBaseStage[SFTConfig]):
     name = "sft"
     evaluate_at_start = True  # the base's score is the "before" of the run
-
-    def __init__(self) -> None:
-        self.task: Any = None
-        self.eval_problems: list[Any] = []
 
     # ---- data ----------------------------------------------------------------------------------
     def setup_data(self, cfg: SFTConfig) -> None:
@@ -146,16 +141,4 @@ class SFTStage(FromBaseStage[SFTConfig]):
         loss = self.dev_loss(model)
         if loss is not None:
             result["dev_loss"] = loss
-        if self.task is not None and self.eval_problems and self.ctx.env.is_main and not self.ctx.cfg.fsdp:
-            with autocast(self.ctx.device, self.ctx.dtype):
-                score = exact_match(model, self.chat, self.task, self.eval_problems, self.ctx.cfg.max_new_tokens)
-            result["exact_match"] = score.accuracy
-            self.last_samples = score.samples
-        return result
-
-    def finish(self, model: nn.Module, checkpoint: Any) -> str | None:
-        super().finish(model, checkpoint)
-        samples = getattr(self, "last_samples", None)
-        if not samples:
-            return None
-        return "\n".join(f"{'ok ' if ok else 'bad'} {prompt!r} -> {reply!r}" for prompt, reply, ok in samples)
+        return {**result, **self.held_out_exact_match(model)}
