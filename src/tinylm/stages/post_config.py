@@ -13,6 +13,7 @@ from tinylm.errors import TinyLMError
 from tinylm.models.lora import LoraConfig, parse_targets
 from tinylm.options import MAX_NEW_TOKENS, Option
 from tinylm.stages.spec_rows import ON_ERROR
+from tinylm.tasks.registry import builtin_specs
 from tinylm.train.config import TrainConfig
 
 BASE_AND_DATA, LORA = "base and data", "LoRA (base frozen, only low-rank adapters train)"
@@ -28,8 +29,8 @@ class PostTrainConfig(TrainConfig):
 
     base: str = Option("checkpoint or run folder to start from (an SFT run for DPO and RL)", metavar="RUN",
                        required=True, group=BASE_AND_DATA)("")
-    data: str | None = Option("a data spec: builtin:arith, builtin:docstring, FILE.jsonl or hf:NAME", metavar="SPEC",
-                              group=BASE_AND_DATA)("builtin:arith")
+    data: str | None = Option(f"a data spec: FILE.jsonl, hf:NAME or a task ({', '.join(builtin_specs())})",
+                              metavar="SPEC", group=BASE_AND_DATA)("builtin:arith")
     eval_data: str | None = Option("held-out data (default: the task's test split, or a share of --data)",
                                    metavar="SPEC", group=BASE_AND_DATA)(None)
     dev_fraction: float = Option("share of a file's rows held out", low=0, high=1, low_open=True, high_open=True,

@@ -44,9 +44,13 @@ def _required(factory: Callable[..., Task]) -> list[str]:
     return [name for name, p in inspect.signature(factory).parameters.items() if p.default is p.empty]
 
 
+def builtin_specs() -> list[str]:
+    """`builtin:NAME` for every registered task, with its required parameters (`builtin:gsm8k?file=FILE`)."""
+    return [PREFIX + name + "".join(f"?{p}={p.upper()}" for p in _required(f)) for name, f in TASKS.items()]
+
+
 def known_tasks() -> str:
-    specs = [PREFIX + name + "".join(f"?{p}={p.upper()}" for p in _required(f)) for name, f in TASKS.items()]
-    return ", ".join([*specs, *SHORT_FORMS, *(f"{prefix}FILE" for prefix in SOURCE_FORMS)])
+    return ", ".join([*builtin_specs(), *SHORT_FORMS, *(f"{prefix}FILE" for prefix in SOURCE_FORMS)])
 
 
 def is_task_spec(spec: str) -> bool:

@@ -6,9 +6,10 @@ report card (report.md, report.html).
 
 tasks (comma-separated):
   bpb | bpb:DIR                         bits per byte on the pretraining corpus's dev split (or DIR's)
-  builtin:arith, builtin:docstring      held-out split, greedy exact-match; --pass-k K adds pass@K
-  code                                  small functions, checked by running tests in the sandbox
-  gsm8k:FILE                            GSM8K-layout JSONL (the answer after ####)
+  builtin:TASK                          a task of tasks/registry.py (arith, docstring, code, gsm8k?file=F):
+                                        its held-out split, greedy exact-match; --pass-k K adds pass@K
+  code                                  builtin:code: small functions, checked by their tests in the sandbox
+  gsm8k:FILE                            GSM8K-layout JSONL (the answer after ####), every row held out
   hellaswag:FILE, arc:FILE, mmlu:FILE   multiple choice by log-likelihood (acc, acc_norm; `core` over them)
   prefs:builtin:arith                   preference accuracy on held-out verified pairs
   FILE may be hf:NAME?config=C&split=S with a network.

@@ -17,6 +17,7 @@ from tinylm.stages.post_config import PostTrainConfig
 from tinylm.stages.rl.algorithms import Algorithm, algorithms
 from tinylm.stages.rl.kl import KL_ESTIMATORS
 from tinylm.stages.rl.policy_losses import AGGREGATIONS
+from tinylm.tasks.registry import known_tasks
 
 TASK, ALGORITHM, ROLLOUTS = "task and reward", "algorithm", "rollouts"
 
@@ -29,7 +30,8 @@ class RLConfig(PostTrainConfig):
     hidden_options: ClassVar[tuple[str, ...]] = ("preset", "arch", "overrides", "prompt", "sample_tokens", "data",
                                                  "eval_data", "dev_fraction", "on_error")
 
-    task: str = Option("the prompts and their verifier: builtin:arith?digits=2&ops=+ ...", metavar="SPEC",
+    task: str = Option(f"the prompts and their verifier: {known_tasks()} (parameters: builtin:arith?digits=2&ops=+)",
+                       metavar="SPEC",
                        group=TASK)("builtin:arith")
     reward: str = Option("exact, exact+format, python (sandboxed), model:PATH or module:function", metavar="SPEC",
                          group=TASK)("exact")
