@@ -14,7 +14,7 @@ import json
 
 import torch
 
-from tinylm.bench.run import BenchOptions, run_bench
+from tinylm.bench.suite import BenchOptions, run_bench
 
 KEEP = ("train_tokens_per_s", "reference_train_tokens_per_s", "train_ratio_vs_transformers", "mfu",
         "reference_mfu", "mfu_with_attention", "peak_flops", "reference_model", "params")

@@ -11,7 +11,7 @@ import torch
 from tinylm.bench import timing
 from tinylm.bench.loader_cost import loader_cost
 from tinylm.bench.profile import profile_step
-from tinylm.bench.run import BenchOptions, format_table, run_bench
+from tinylm.bench.suite import BenchOptions, format_table, run_bench
 from tinylm.bench.timing import Measurement, interleaved, ratio
 from tinylm.cli.main import main
 

@@ -21,7 +21,7 @@ from tinylm.errors import TinyLMError
 from tinylm.evaluate.bpb import corpus_bpb
 from tinylm.evaluate.exact_match import pass_at_k, pass_at_k_estimate
 from tinylm.evaluate.preference_accuracy import preference_accuracy
-from tinylm.evaluate.run import EVALS
+from tinylm.evaluate.scores import EVALS
 from tinylm.metrics import read_metrics
 from tinylm.tasks.code import CodeTask
 from tinylm.tasks.gsm8k import GSM8KTask, final_number

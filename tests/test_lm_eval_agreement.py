@@ -43,7 +43,7 @@ def assert_agrees_with_tinylm_eval(theirs: dict[str, Any]) -> None:
     from tinylm.checkpoint import load_model
     from tinylm.evaluate.loglikelihood import score_continuations
     from tinylm.evaluate.multiple_choice import DELIMITER, encode_pair, load_questions
-    from tinylm.evaluate.run import evaluate_checkpoint
+    from tinylm.evaluate.scores import evaluate_checkpoint
     from tinylm.evaluate.tasks import parse_tasks
 
     specs = ",".join(f"{layout}:evals/data/synthetic_{layout}.jsonl" for layout in LAYOUTS)

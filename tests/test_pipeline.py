@@ -17,7 +17,7 @@ from test_train_support import data_dir
 from tinylm.checkpoint import list_checkpoints, read_checkpoint_config
 from tinylm.cli.main import main
 from tinylm.pipeline.config import load_pipeline_config
-from tinylm.pipeline.run import run_pipeline
+from tinylm.pipeline.road import run_pipeline
 from tinylm.pipeline.state import PipelineState
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -26,7 +26,7 @@ from typing import Any
 from tinylm.checkpoint import read_checkpoint_config, resolve_checkpoint
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError, io_failure
-from tinylm.evaluate.run import read_evaluations
+from tinylm.evaluate.scores import read_evaluations
 from tinylm.metrics import METRICS, read_metrics
 from tinylm.models.factory import build_model
 

@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from tinylm.bench.run import SECTIONS, BenchOptions, format_table, run_bench
+from tinylm.bench.suite import SECTIONS, BenchOptions, format_table, run_bench
 from tinylm.cli.options import add_config_option, add_option
 from tinylm.config import parse_override
 from tinylm.errors import TinyLMError

@@ -29,7 +29,7 @@ import json
 from tinylm.cli.option_types import bounded_int, count
 from tinylm.cli.options import add_option
 from tinylm.evaluate.report_card import write_report_card
-from tinylm.evaluate.run import evaluate_checkpoint, record
+from tinylm.evaluate.scores import evaluate_checkpoint, record
 from tinylm.evaluate.tasks import EvalOptions, parse_tasks
 from tinylm.options import BATCH_SIZE, CHECKPOINT, MAX_NEW_TOKENS, SEED, TEMPERATURE
 

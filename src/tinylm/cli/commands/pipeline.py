@@ -22,7 +22,7 @@ import json
 from tinylm.cli.options import add_option
 from tinylm.options import THREADS
 from tinylm.pipeline.config import load_pipeline_config
-from tinylm.pipeline.run import run_pipeline
+from tinylm.pipeline.road import run_pipeline
 from tinylm.pipeline.table import format_table, table_rows, write_pipeline_card
 
 HELP = "prepare -> pretrain -> SFT -> DPO -> GRPO -> eval, resumable, with a stage table and report card"

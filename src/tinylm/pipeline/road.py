@@ -18,7 +18,7 @@ from typing import Any
 from tinylm.checkpoint import list_checkpoints
 from tinylm.errors import TinyLMError
 from tinylm.evaluate.report_card import write_report_card
-from tinylm.evaluate.run import evaluate_checkpoint, record
+from tinylm.evaluate.scores import evaluate_checkpoint, record
 from tinylm.evaluate.tasks import EvalOptions, parse_tasks
 from tinylm.pipeline.config import PipelineConfig
 from tinylm.pipeline.stages import UNSTABLE, prepare_data, settings_of, stage_config, stage_object
