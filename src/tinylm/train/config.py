@@ -15,7 +15,18 @@ from typing import Any
 from tinylm.config import ModelConfig, parse_override
 from tinylm.errors import TinyLMError
 from tinylm.inference.sampling import check_sampling_options
-from tinylm.options import BATCH_SIZE, DEVICE, DTYPE, SEED, TEMPERATURE, THREADS, TOP_K, Option, check_options
+from tinylm.options import (
+    BATCH_SIZE,
+    DEVICE,
+    DTYPE,
+    PROGRESS,
+    SEED,
+    TEMPERATURE,
+    THREADS,
+    TOP_K,
+    Option,
+    check_options,
+)
 from tinylm.presets import PRESETS, preset_config
 from tinylm.train.optim import OPTIMIZERS
 from tinylm.train.schedule import SCHEDULES
@@ -95,7 +106,7 @@ class TrainConfig:
                                    low=0, group=LOGGING)(0)
     keep_last: int = Option("checkpoints to keep; 0 = all", low=0, group=LOGGING)(3)
     resume: str | None = RESUME(None)
-    progress: bool = Option("no progress bar", flag="--no-progress", group=LOGGING)(True)
+    progress: bool = PROGRESS(True, group=LOGGING)
     tensorboard: bool = Option("also log to TensorBoard (if installed)", group=LOGGING)(False)
     wandb: bool = Option("also log to Weights & Biases (if installed)", group=LOGGING)(False)
     # the sample printed at the end

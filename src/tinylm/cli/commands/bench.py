@@ -23,7 +23,7 @@ from tinylm.bench.suite import SECTIONS, BenchOptions, format_table, run_bench
 from tinylm.cli.options import add_config_option, add_option
 from tinylm.config import parse_override
 from tinylm.errors import TinyLMError
-from tinylm.options import BATCH_SIZE, DEVICE, DTYPE, THREADS
+from tinylm.options import BATCH_SIZE, DEVICE, DTYPE, INT8, JSON, THREADS
 from tinylm.train.config import TrainConfig
 
 HELP = "throughput and MFU, side by side with transformers"
@@ -46,12 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-reference", dest="reference", action="store_false",
                         help="skip the transformers measurements")
     parser.add_argument("--decode-tokens", type=int, default=128, help="new tokens per decode measurement")
-    parser.add_argument("--int8", action="store_true",
-                        help="decode with int8 weights, as `tinylm generate --int8` (transformers keeps float weights)")
+    add_option(parser, "int8", INT8, False, note="decoding, as `tinylm generate --int8` (transformers keeps float)")
     parser.add_argument("--only", default=None, metavar="SECTIONS",
                         help="comma list of matmul,decode,train,loader,tokenizer (default: all)")
     parser.add_argument("--profile", action="store_true", help="also print where a training step's time goes")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    add_option(parser, "json", JSON, False, note="instead of the table")
     parser.add_argument("--out", default=None, metavar="FILE", help="also write the JSON here")
 
 

@@ -22,18 +22,20 @@ import sys
 from typing import Any
 
 from tinylm.cli.commands.generate import add_sampling_arguments, sampling_params, use_threads
+from tinylm.cli.options import add_option
 from tinylm.errors import TinyLMError
 from tinylm.inference.chat_session import ChatSession
 from tinylm.inference.engine import Engine
 from tinylm.inference.loading import chat_format_of, load_for_generation
 from tinylm.inference.streaming import TextStream
+from tinylm.options import SYSTEM
 
 HELP = "interactive loop: type a line, the model's reply streams back"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_sampling_arguments(parser, max_new_tokens=128)
-    parser.add_argument("--system", default=None, metavar="TEXT", help="system prompt (chat models)")
+    add_option(parser, "system", SYSTEM)
 
 
 def reply_limit(max_new_tokens: int, window: int) -> int:

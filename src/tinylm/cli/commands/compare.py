@@ -17,7 +17,7 @@ import sys
 
 from tinylm.bench.compare import CompareOptions, format_markdown, run_compare
 from tinylm.cli import option_types
-from tinylm.cli.option_types import bounded_float, bounded_int
+from tinylm.cli.option_types import bounded_int
 from tinylm.cli.options import add_config_option, add_option
 from tinylm.config import parse_override
 from tinylm.options import BATCH_SIZE, DEVICE, DTYPE, THREADS
@@ -38,8 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--steps", type=bounded_int(1, 10**9), default=None,
                         help="equal steps for every run (default: 200)")
-    budget.add_argument("--time-budget", type=bounded_float(0, low_open=True), default=None, metavar="SECONDS",
-                        help="equal seconds of training for every run")
+    add_config_option(budget, TrainConfig, "time_budget", note="the same for every run")
     parser.add_argument("--seeds", type=option_types.seed_list, default=[1],
                         help="comma list of seeds in [0, 2**32) (default: 1)")
     parser.add_argument("--out", default="compare", help="output folder (default: ./compare)")

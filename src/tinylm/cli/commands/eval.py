@@ -31,7 +31,7 @@ from tinylm.cli.options import add_option
 from tinylm.evaluate.report_card import write_report_card
 from tinylm.evaluate.scores import evaluate_checkpoint, record
 from tinylm.evaluate.tasks import EvalOptions, parse_tasks
-from tinylm.options import BATCH_SIZE, CHECKPOINT, MAX_NEW_TOKENS, SEED, TEMPERATURE
+from tinylm.options import BATCH_SIZE, CHECKPOINT, JSON, MAX_NEW_TOKENS, SEED, TEMPERATURE
 
 HELP = "bits per byte, verifiable tasks, multiple choice, preference accuracy; JSON"
 
@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bpb-batches", type=count, default=20, help="dev batches for bpb (default %(default)s)")
     parser.add_argument("--no-record", dest="record", action="store_false",
                         help="do not append the scores to the run's evals.jsonl and report card")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_option(parser, "json", JSON, False)
 
 
 def format_scores(scores: dict[str, dict[str, float]]) -> str:

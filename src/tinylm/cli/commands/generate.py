@@ -28,7 +28,7 @@ from tinylm.inference.loading import chat_format_of, eot_id, load_for_generation
 from tinylm.inference.sampling import SamplingParams
 from tinylm.inference.speculative import SpeculativeStats, speculative_stream
 from tinylm.inference.streaming import TextStream
-from tinylm.options import CHECKPOINT, MAX_NEW_TOKENS, SEED, TEMPERATURE, THREADS, TOP_K, TOP_P
+from tinylm.options import CHECKPOINT, INT8, MAX_NEW_TOKENS, SEED, SYSTEM, TEMPERATURE, THREADS, TOP_K, TOP_P
 
 HELP = "sample text from a checkpoint (streams to stdout)"
 MAX_NUM_SAMPLES = 10_000
@@ -45,7 +45,7 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int)
                         help="drop tokens less likely than P times the most likely one")
     parser.add_argument("--repetition-penalty", type=float, default=1.0, metavar="R",
                         help="> 1 discourages tokens already in the text (default %(default)s)")
-    parser.add_argument("--int8", action="store_true", help="int8 weights for the linear layers (less memory)")
+    add_option(parser, "int8", INT8, False)
     add_option(parser, "seed", SEED, 0)
     add_option(parser, "threads", THREADS, kind="int", note="1 is often fastest for small models on a busy machine")
 
@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat", action="store_true",
                         help="the prompt is a user message to a chat model (its chat template); the reply ends "
                              "at the end of its turn")
-    parser.add_argument("--system", default=None, metavar="TEXT", help="with --chat: a system prompt")
+    add_option(parser, "system", SYSTEM, note="with --chat")
     parser.add_argument("--num-samples", type=option_types.bounded_int(1, MAX_NUM_SAMPLES), default=1, metavar="K",
                         help="independent samples (default 1)")
 

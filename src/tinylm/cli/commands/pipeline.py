@@ -20,7 +20,7 @@ import argparse
 import json
 
 from tinylm.cli.options import add_option
-from tinylm.options import THREADS
+from tinylm.options import JSON, PROGRESS, THREADS
 from tinylm.pipeline.config import load_pipeline_config
 from tinylm.pipeline.road import run_pipeline
 from tinylm.pipeline.table import format_table, table_rows, write_pipeline_card
@@ -33,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, metavar="DIR", help="pipeline folder (default: the file's, or "
                         "runs/pipeline)")
     add_option(parser, "threads", THREADS, kind="int", note="for every stage")
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
-    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    add_option(parser, "progress", PROGRESS, True, note="in any stage")
+    add_option(parser, "json", JSON, False, note="the result")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,8 +28,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from tinylm.cli.options import add_option
 from tinylm.data.chunks import MAX_DOCUMENT_CHARS
 from tinylm.errors import TinyLMError
+from tinylm.options import PROGRESS
 
 HELP = "build a tokenizer and token shards from a corpus"
 DEFAULT_VOCAB = 4096
@@ -57,8 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{MAX_DOCUMENT_CHARS})")
     parser.add_argument("--allow-invalid-utf8", action="store_true",
                         help="prepare a corpus even if more than 10%% of its characters are U+FFFD replacements")
-    parser.add_argument("--no-progress", action="store_true",
-                        help="no progress bar or status lines (notes about the input are still printed)")
+    add_option(parser, "progress", PROGRESS, True, note="nor status lines (notes about the input are still printed)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     out = prepare_dataset(corpus=args.corpus, tokenizer=args.tokenizer,
                           vocab_size=DEFAULT_VOCAB if args.vocab_size is None else args.vocab_size,
                           out=args.out, force=args.force, dev_fraction=args.dev_fraction,
-                          text_field=args.text_field, progress=not args.no_progress,
+                          text_field=args.text_field, progress=args.progress,
                           context_length=args.context_length, max_document_chars=args.max_document_chars,
                           allow_invalid_utf8=args.allow_invalid_utf8)
     sidecars = check_data_dir(out)

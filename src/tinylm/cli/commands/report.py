@@ -20,7 +20,7 @@ from tinylm.config import parse_override
 from tinylm.evaluate.report_card import REPORT_MD, write_report_card
 from tinylm.models.factory import build_model
 from tinylm.models.memory import training_memory
-from tinylm.options import BATCH_SIZE
+from tinylm.options import BATCH_SIZE, JSON
 from tinylm.presets import preset_config
 from tinylm.train.config import TrainConfig
 
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "batch_size", BATCH_SIZE, 8, note="for the activation estimate")
     add_config_option(parser, TrainConfig, "seq_len")
     parser.add_argument("--activation-dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_option(parser, "json", JSON, False)
 
 
 def _config_from_checkpoint(path: str):

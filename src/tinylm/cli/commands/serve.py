@@ -27,7 +27,7 @@ from tinylm.cli.commands.generate import use_threads
 from tinylm.cli.options import add_option
 from tinylm.errors import TinyLMError
 from tinylm.inference.loading import load_for_generation
-from tinylm.options import CHECKPOINT, THREADS
+from tinylm.options import CHECKPOINT, INT8, THREADS
 from tinylm.serve.app import create_app
 from tinylm.serve.served_model import ServedModel
 
@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prompt tokens computed per step between decode steps (default %(default)s)")
     parser.add_argument("--drain-timeout", type=option_types.bounded_float(0), default=60.0, metavar="S",
                         help="on shutdown, seconds to let running requests finish (default %(default)s)")
-    parser.add_argument("--int8", action="store_true", help="int8 weights for the linear layers (less memory)")
+    add_option(parser, "int8", INT8, False)
     add_option(parser, "threads", THREADS, kind="int")
 
 
