@@ -45,8 +45,9 @@ def free_port() -> int:
 def serving(run_dir: Path, api_key: str | None = None, max_slots: int = 16, prefill_budget: int = 64,
             wrap=None) -> Iterator[tuple[str, ServedModel, uvicorn.Server]]:
     """(base URL, served model, uvicorn server) of a server in a thread; `wrap(scheduler)` may slow its steps."""
-    model, tokenizer, _ = load_model(run_dir)
-    served = ServedModel.build("micro", model, tokenizer, max_slots=max_slots, prefill_budget=prefill_budget)
+    model, tokenizer, meta = load_model(run_dir)
+    served = ServedModel.build("micro", model, tokenizer, max_slots=max_slots, prefill_budget=prefill_budget,
+                               meta=meta)
     if wrap is not None:
         wrap(served.scheduler)
     port = free_port()

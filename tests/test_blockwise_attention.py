@@ -174,14 +174,14 @@ def test_compiled_blocks_on_the_blockwise_kernel_trace_to_the_eager_result(one_t
 # ---- the policy -------------------------------------------------------------------------------------
 
 class FakeTiming:
-    """Stands in for the timed measurement: a chosen ratio, and a count of the calls."""
+    """Stands in for the timed measurement: a chosen ratio (and spread), and a count of the calls."""
 
-    def __init__(self, ratio: float) -> None:
-        self.ratio, self.calls = ratio, 0
+    def __init__(self, ratio: float, spread: float = 0.0) -> None:
+        self.ratio, self.spread, self.calls = ratio, spread, 0
 
     def __call__(self, config, rows, seq_len, dtype, device, repeats=5) -> AttentionTiming:
         self.calls += 1
-        return AttentionTiming(sdpa_s=0.01 * self.ratio, blockwise_s=0.01, wall_s=0.3)
+        return AttentionTiming(sdpa_s=0.01 * self.ratio, blockwise_s=0.01, wall_s=0.3, spread=self.spread)
 
 
 @pytest.fixture(autouse=True)
@@ -225,14 +225,26 @@ def test_auto_follows_the_measurement_and_caches_it(monkeypatch: pytest.MonkeyPa
     assert tie.value == "sdpa" and "1.02x of SDPA" in tie.reason and slow.calls == 1
 
 
-def test_a_measurement_on_a_busy_machine_is_used_but_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_measurement_on_a_busy_machine_is_kept_too(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeTiming(2.0)
     monkeypatch.setattr(attention_policy, "time_kernels", fake)
     monkeypatch.setattr(measure_cache, "machine_busy", lambda: True)
     choice = choose_attention("auto", MICRO, 4, 128, torch.float32, CPU)
-    assert choice.value == "blockwise" and choice.reason.endswith("not cached)")
-    choose_attention("auto", MICRO, 4, 128, torch.float32, CPU)
-    assert fake.calls == 2
+    assert choice.value == "blockwise" and choice.reason.endswith("machine busy)")
+    monkeypatch.setattr(attention_policy, "time_kernels", FakeTiming(0.9))  # what a second busy run might measure
+    again = choose_attention("auto", MICRO, 4, 128, torch.float32, CPU)
+    assert again.value == "blockwise" and again.reason.endswith("(cached)") and fake.calls == 1
+
+
+def test_a_close_call_keeps_sdpa_and_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(attention_policy, "time_kernels", FakeTiming(1.08, spread=0.04))
+    choice = choose_attention("auto", MICRO, 4, 128, torch.bfloat16, CPU)
+    assert choice.value == "sdpa" and choice.reason == (
+        "sdpa: the blockwise kernel measured 1.08x of SDPA, within the noise (±0.04) of the 1.05x that pays "
+        "(measured now in 0.3 s)")
+    monkeypatch.setattr(attention_policy, "time_kernels", lambda *a, **k: pytest.fail("a kept decision measured"))
+    again = choose_attention("auto", MICRO, 4, 128, torch.bfloat16, CPU)
+    assert again.value == "sdpa" and again.reason.endswith("that pays (cached)") and again.cached
 
 
 def test_the_measurement_times_both_kernels_and_leaves_the_rng_alone(one_thread: None) -> None:

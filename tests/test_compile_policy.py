@@ -74,6 +74,35 @@ def test_auto_probes_only_long_runs_and_caches_the_probe(monkeypatch: pytest.Mon
     assert blockwise.value and "probed now" in blockwise.reason and kernels == ["sdpa", "sdpa", "blockwise"]
 
 
+def test_a_gain_within_the_noise_is_no_gain() -> None:
+    """A 1.05x compiled step with a spread of 0.08 may be no faster at all: eager, however long the run."""
+    close = CompileMeasurement(compile_s=30.0, eager_s=0.105, compiled_s=0.1, spread=0.08)
+    choice = decide(close, planned_steps=10**9, n_blocks=8, cached=False)
+    assert not choice.value and "1.05x of eager, within the noise (±0.08)" in choice.reason
+    # clear of the noise, the saving counts at the low end of the speedup: 2.0 - 0.5 = 1.5x, 1/3 of eager saved
+    clear = decide(CompileMeasurement(30.0, 0.3, 0.15, spread=0.5), planned_steps=10**6, n_blocks=2, cached=True)
+    assert clear.value and "pays back after 180 steps" in clear.reason and "(±0.50)" in clear.reason
+
+
+def test_probes_on_a_busy_machine_are_kept_and_a_short_runs_estimate_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Measured anew each time, a run near the probe's threshold could probe (and compile) one time and not the next."""
+    monkeypatch.setattr(compile_policy, "have_compiler", lambda: True)
+    monkeypatch.setattr(measure_cache, "machine_busy", lambda: True)
+    probes: list[bool] = []
+
+    def fake_probe(config, batch_size, seq_len, dtype, device, compiled=True, attention="sdpa") -> CompileMeasurement:
+        probes.append(compiled)
+        return CompileMeasurement(20.0, 0.2, 0.1, 0.01) if compiled else CompileMeasurement(0.0, 0.2, 0.2)
+
+    monkeypatch.setattr(compile_policy, "measure_compile", fake_probe)
+    first = plan_compile("auto", 600, None, **SHAPE)
+    again = plan_compile("auto", 600, None, **SHAPE)
+    assert first == again and not again.value and probes == [False]  # the eager estimate was kept
+    assert plan_compile("auto", 20_000, 0.5, **SHAPE).value and probes == [False, True]
+    cached = plan_compile("auto", 20_000, 0.5, **SHAPE)
+    assert cached.value and "(cached)" in cached.reason and probes == [False, True]
+
+
 def _loss_and_grads(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     _, loss = model(x, x, return_logits=False)
     loss.backward()

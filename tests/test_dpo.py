@@ -262,3 +262,33 @@ def _reference_with_another_vocabulary(tmp_path: Path) -> Path:
                           tokenizer_file=Path(meta["path"]) / "tokenizer.json")
     shutil.copyfile(Path(meta["path"]) / "tokenizer.json", ref / "tokenizer.json")
     return ref
+
+
+def test_kto_on_unpaired_rows_reports_no_pair_accuracy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Unpaired rows have no pairs to rank: the closing line gives KTO's own measure, not a pair accuracy of 0%."""
+    unpaired = [{"prompt": f"What is {a} + 1?", "completion": str(a + 1 + (a % 2)), "label": a % 2 == 0}
+                for a in range(40)]
+    args = dpo_args(tmp_path / "kto", "--max-steps", "2", "--loss", "kto")
+    args[args.index("--data") + 1] = str(_write(tmp_path / "kto.jsonl", unpaired))
+    assert main(args) == 0
+    done = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("done:"))
+    assert "preference accuracy" not in done and "mean margin" not in done and "chosen likelier" not in done
+    assert "on their label's side" in done
+    evals = [r for r in rows(tmp_path / "kto") if "dev_loss" in r]
+    assert evals and not any(k in r for r in evals for k in ("dev_accuracy", "dev_margin", "dev_logp_accuracy"))
+    assert all(0 <= r["dev_label_accuracy"] <= 1 for r in evals)
+
+
+def test_kto_pair_scores_of_mixed_rows_count_the_pairs_alone(tmp_path: Path) -> None:
+    stage, model = ready_stage(tmp_path / "mixed", loss="kto", data=str(mixed_kto_rows(tmp_path / "rows.jsonl")),
+                               dev_fraction=0.5)
+    batch = stage.next_batch()
+    move_away_from_the_reference(model, batch, up=True)
+    scores = stage.held_out_scores(model)
+    with torch.no_grad():
+        p = [stage.pair_logps(model, b) for b in stage.dev_batches()]
+    paired = torch.cat([(x.chosen_present * x.rejected_present).bool() for x in p])
+    chosen_likelier = torch.cat([x.chosen > x.rejected for x in p])
+    assert 0 < int(paired.sum()) < len(paired)
+    assert scores["dev_logp_accuracy"] == pytest.approx(float(chosen_likelier[paired].double().mean()), abs=1e-9)
+    assert 0 <= scores["dev_accuracy"] <= 1 and 0 <= scores["dev_label_accuracy"] <= 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -179,3 +180,25 @@ def test_unknown_evaluation_kind_names_the_known_ones() -> None:
 
     with pytest.raises(TinyLMError, match="known are bpb"):
         parse_tasks("bpb,squad:file.jsonl")
+
+
+def test_a_base_model_on_a_chat_task_gets_one_note(capsys: pytest.CaptureFixture[str]) -> None:
+    """A base model has no chat template: a task asked in the chat format scores near 0, and the user is told why."""
+    gsm8k = f"gsm8k:{DATA / 'synthetic_gsm8k.jsonl'}"
+    quick = ["--examples", "2", "--max-new-tokens", "2", "--no-record"]
+    for run, tasks, notes in ((base_run(), f"bpb,{TASK},{gsm8k}", 1), (sft_run(), f"{TASK},{gsm8k}", 0),
+                              (base_run(), "bpb", 0)):
+        capsys.readouterr()
+        assert main(["eval", "--checkpoint", str(run), "--tasks", tasks, *quick]) == 0
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+        assert len(lines) == notes, lines
+        for line in lines:
+            assert "base model" in line and "chat format" in line and "tinylm sft" in line
+
+
+def test_the_eval_help_names_files_that_exist() -> None:
+    from tinylm.cli.commands import eval as eval_command
+
+    named = re.findall(r"evals/\S+?\.jsonl", eval_command.__doc__ or "")
+    root = Path(__file__).parent.parent
+    assert named and all((root / name).is_file() for name in named), named

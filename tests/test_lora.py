@@ -10,12 +10,15 @@ from __future__ import annotations
 import copy
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
 from model_variants import classic_config, modern_config
+from test_sft import sft_args
+from tinylm.cli.main import main
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.models.lora import (
@@ -32,6 +35,7 @@ from tinylm.models.lora import (
     merged_weights,
     parse_targets,
 )
+from tinylm.stages.sft.config import SFTConfig
 
 VARIANTS = ["gqa", "qknorm", "gated", "mla", "mla_qlora", "moe", "moe_shared", "untied", "classic"]
 
@@ -249,6 +253,10 @@ def test_all_linear_includes_the_router_but_not_the_head() -> None:
         ("classic", dict(rank=4, targets=("q", "v")), "one matrix"),
         ("gqa", dict(rank=4, dropout=1.0), "dropout must be in"),
         ("gqa", dict(rank=4, alpha=0), "alpha must be positive"),
+        # k_proj and v_proj are 32 -> 16 (2 of 4 heads): a rank above 16 adds parameters and no capacity
+        ("gqa", dict(rank=17), r"LoRA rank 17 exceeds 16, the smallest min\(in, out\) of the targeted layers "
+                               r"\(blocks\.0\.attn\.k_proj: 32 -> 16\)"),
+        ("gqa", dict(rank=100_000, targets=("q",)), r"LoRA rank 100000 exceeds 32"),
     ],
 )
 def test_bad_lora_settings_are_one_clear_line(variant: str, cfg: dict, message: str) -> None:
@@ -278,3 +286,35 @@ def test_fast_decoder_computes_unmerged_adapters() -> None:
     with torch.no_grad():
         fast = FastDecoder(model, batch_size=2).extend(idx, last_only=False)
     assert (fast - logits(model, idx)).abs().max().item() < 1e-5
+
+
+def test_a_rank_up_to_the_narrowest_target_is_taken() -> None:
+    model = build_model(modern_config("gqa"))
+    assert apply_lora(model, LoraConfig(rank=16)) and model.blocks[0].attn.k_proj.lora_A.shape == (16, 32)
+    assert apply_lora(build_model(modern_config("gqa")), LoraConfig(rank=32, targets=("q", "o")))
+    # all-linear also adapts the router and the shared expert's 32 -> 1 gate: the projections set the limit
+    assert apply_lora(build_model(modern_config("moe_shared")), LoraConfig(rank=16, targets="all-linear"))
+
+
+def test_a_huge_rank_is_refused_before_any_adapter_is_allocated(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--lora-rank 100000` on a 128-wide model built 973M adapter parameters before the OOM killer came."""
+    def no_allocation(*args: object, **kwargs: object) -> None:
+        raise AssertionError("an adapter was allocated")
+
+    args = [*sft_args(tmp_path / "out"), "--max-steps", "1", "--lora-rank", "100000"]
+    capsys.readouterr()  # the base model's own run, if this test made it
+    monkeypatch.setattr(LoRALinear, "__init__", no_allocation)
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "LoRA rank 100000 exceeds" in err[0], err
+
+
+@pytest.mark.parametrize(("option", "flag"), [(dict(lora_alpha=16.0), "--lora-alpha"),
+                                              (dict(lora_dropout=0.1), "--lora-dropout"),
+                                              (dict(rslora=True), "--rslora"),
+                                              (dict(lora_targets="q,v"), "--lora-targets")])
+def test_a_lora_option_without_a_rank_is_said_not_ignored(option: dict, flag: str) -> None:
+    with pytest.raises(TinyLMError, match=f"^{flag} has no effect without --lora-rank"):
+        SFTConfig(base="x", **option)
+    assert SFTConfig(base="x", lora_rank=2, **option).lora_config().rank == 2

@@ -139,3 +139,17 @@ def test_a_config_file_value_is_checked_by_the_field_it_sets(tmp_path: Path, cap
     options.write_text("max-steps = 0\n")
     assert main(["train", "--config", str(options), "--data", str(tmp_path / "nope")]) == 1
     assert "--max-steps must be >= 1 (got 0)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("command", "flag", "value"), [
+    ("dpo", "--beta", "inf"), ("dpo", "--gamma", "nan"), ("reward", "--margin", "nan"), ("rl", "--beta", "inf"),
+    ("rl", "--gamma", "nan"), ("sft", "--lr", "inf"), ("train", "--decay-fraction", "nan"),
+])
+def test_non_finite_numbers_are_refused_before_anything_runs(tmp_path: Path, capsys, command: str, flag: str,
+                                                             value: str) -> None:
+    """Issue 23.14: `--beta inf` used to pass the parser and turn the loss into NaN."""
+    base = [] if command == "train" else ["--base", str(tmp_path / "no-such-run")]
+    assert main([command, *base, "--out", str(tmp_path / "out"), flag, value]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"tinylm: error: {flag} must be a finite number (got {float(value)!r})"]
+    assert not (tmp_path / "out").exists()

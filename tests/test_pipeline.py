@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from test_train_support import data_dir
 from tinylm.checkpoint import list_checkpoints, read_checkpoint_config
 from tinylm.cli.main import main
 from tinylm.pipeline.config import load_pipeline_config
-from tinylm.pipeline.road import run_pipeline
+from tinylm.pipeline.road import PipelineResult, run_pipeline
 from tinylm.pipeline.state import PipelineState
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -153,3 +154,23 @@ def test_the_default_road_is_made_of_real_stage_options() -> None:
 
     config = parse_pipeline_config({k: dict(v) for k, v in DEFAULTS.items()})  # every key known, every type right
     assert config.stages == ["pretrain", "sft", "dpo", "grpo"] and config.sections == DEFAULTS
+
+
+@pytest.mark.parametrize("given", [["--out", "OUT", "--threads", "1", "--no-progress"], [],
+                                   ["--config", "OPTIONS", "--out", "OUT", "--threads", "2", "--no-progress"]])
+def test_an_interrupted_pipeline_names_the_exact_command_that_resumes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, given: list[str]) -> None:
+    import tinylm.cli.commands.pipeline as command
+
+    def interrupted(config: Any, progress: bool = True) -> PipelineResult:
+        return PipelineResult(config.out, [], 0.0, ["prepare", "pretrain"], [], "sft")
+
+    monkeypatch.setattr(command, "run_pipeline", interrupted)
+    file = tmp_path / "my road.toml"
+    file.write_text("seed = 3\n", encoding="utf-8")
+    (tmp_path / "options.toml").write_text("threads = 2\n", encoding="utf-8")
+    named = {"OUT": str(tmp_path / "the road"), "OPTIONS": str(tmp_path / "options.toml")}
+    args = [str(file), *(named.get(a, a) for a in given)]
+    assert main(["pipeline", *args]) == 130
+    hint = capsys.readouterr().out.strip().splitlines()[-1]
+    assert shlex.split(hint.split("`")[1]) == ["tinylm", "pipeline", *args]

@@ -24,19 +24,20 @@ MICRO = ModelConfig(arch="modern", vocab_size=256, context_length=32, n_embed=32
 
 
 class FakeCalibration:
-    """Stands in for the timed calibration: returns a chosen ratio and counts the calls."""
+    """Stands in for the timed calibration: returns a chosen ratio (and spread) and counts the calls."""
 
-    def __init__(self, ratio: float) -> None:
-        self.ratio, self.calls = ratio, 0
+    def __init__(self, ratio: float, spread: float = 0.0) -> None:
+        self.ratio, self.spread, self.calls = ratio, spread, 0
 
     def __call__(self, config: ModelConfig, rows: int, seq_len: int, repeats: int = 3) -> precision.Calibration:
         self.calls += 1
-        return precision.Calibration(fp32_s=self.ratio * 0.01, bf16_s=0.01, ratio=self.ratio, wall_s=0.5)
+        return precision.Calibration(fp32_s=self.ratio * 0.01, bf16_s=0.01, ratio=self.ratio, wall_s=0.5,
+                                     spread=self.spread)
 
 
 @pytest.fixture(autouse=True)
 def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Caching is skipped on a busy machine (tested below); these tests run on one, so say it is quiet."""
+    """A reason says "machine busy" where it is; these tests run on a busy machine, so say it is quiet."""
     monkeypatch.setattr(measure_cache, "machine_busy", lambda: False)
 
 
@@ -86,7 +87,8 @@ def test_auto_follows_the_calibration_and_caches_it(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(precision, "calibrate", fast)
     first = precision.choose_precision(CPU, "auto", MICRO, 4, 16)
     assert first.value == torch.bfloat16
-    assert first.reason == "bf16 autocast: AVX512-BF16, calibration 1.50x faster than fp32 (measured now in 0.5 s)"
+    assert first.reason == ("bf16 autocast: AVX512-BF16, calibration 1.50x faster than fp32, ±0.00 "
+                            "(measured now in 0.5 s)")
     again = precision.choose_precision(CPU, "auto", MICRO, 4, 16)
     assert again.value == torch.bfloat16 and again.reason.endswith("(cached)") and fast.calls == 1
     precision.choose_precision(CPU, "auto", MICRO.replace(n_embed=64), 4, 16)  # another shape class: measured
@@ -123,15 +125,42 @@ def test_busy_means_more_load_than_cores(monkeypatch: pytest.MonkeyPatch) -> Non
     assert not MACHINE_BUSY()
 
 
-def test_a_calibration_on_a_busy_machine_is_used_but_not_kept(monkeypatch: pytest.MonkeyPatch,
-                                                                bf16_cpu: None) -> None:
+def test_a_calibration_on_a_busy_machine_is_kept_too(monkeypatch: pytest.MonkeyPatch, bf16_cpu: None) -> None:
+    """Measuring again on every busy run costs seconds each time and may decide differently: decided once."""
     fake = FakeCalibration(2.0)
     monkeypatch.setattr(precision, "calibrate", fake)
     monkeypatch.setattr(measure_cache, "machine_busy", lambda: True)
     choice = precision.choose_precision(CPU, "auto", MICRO, 4, 16)
-    assert choice.value == torch.bfloat16 and choice.reason.endswith("(measured now in 0.5 s, not cached)")
-    precision.choose_precision(CPU, "auto", MICRO, 4, 16)
-    assert fake.calls == 2  # measured again: nothing was stored
+    assert choice.value == torch.bfloat16 and choice.reason.endswith("(measured now in 0.5 s, machine busy)")
+    monkeypatch.setattr(precision, "calibrate", FakeCalibration(0.8))  # the next busy run would measure otherwise
+    again = precision.choose_precision(CPU, "auto", MICRO, 4, 16)
+    assert again.value == torch.bfloat16 and again.reason.endswith("(cached)") and fake.calls == 1
+    assert again.measured == choice.measured and again.cached and not choice.cached
+
+
+def test_a_close_call_falls_back_to_fp32_and_is_kept(monkeypatch: pytest.MonkeyPatch, bf16_cpu: None) -> None:
+    """1.16x clears the 1.15x threshold, but not by the spread of its repeats: fp32, cached with that reason."""
+    monkeypatch.setattr(precision, "calibrate", FakeCalibration(1.16, spread=0.05))
+    choice = precision.choose_precision(CPU, "auto", MICRO, 4, 16)
+    assert choice.value == torch.float32
+    assert choice.reason == ("fp32: AVX512-BF16 present, bf16 autocast measured 1.16x of fp32, within the noise "
+                             "(±0.05) of the 1.15x that pays (measured now in 0.5 s)")
+    assert choice.measured == {"fp32_s": 1.16 * 0.01, "bf16_s": 0.01, "ratio": 1.16, "spread": 0.05}
+    monkeypatch.setattr(precision, "calibrate", lambda *a, **k: pytest.fail("a kept decision measured again"))
+    again = precision.choose_precision(CPU, "auto", MICRO, 4, 16)
+    assert again.value == torch.float32 and again.reason == choice.reason.replace("(measured now in 0.5 s)",
+                                                                                  "(cached)")
+    monkeypatch.setattr(precision, "calibrate", FakeCalibration(1.25, spread=0.05))  # clear by more than the spread
+    assert precision.choose_precision(CPU, "auto", MICRO, 4, 32).value == torch.bfloat16
+
+
+def test_an_entry_of_the_old_kind_is_measured_again(monkeypatch: pytest.MonkeyPatch, bf16_cpu: None) -> None:
+    """A cached ratio without its spread or decision (the 1.16x `make demo` read as bf16) is decided anew."""
+    key = precision.shape_class(MICRO, 4, 16)
+    measure_cache.store_entry("precision", key, {"fp32_s": 0.0116, "bf16_s": 0.01, "ratio": 1.16})
+    fake = FakeCalibration(1.16, spread=0.05)
+    monkeypatch.setattr(precision, "calibrate", fake)
+    assert precision.choose_precision(CPU, "auto", MICRO, 4, 16).value == torch.float32 and fake.calls == 1
 
 
 def test_an_unwritable_or_corrupt_cache_never_stops_a_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
@@ -155,7 +184,7 @@ def test_calibration_times_both_precisions_and_leaves_the_rng_alone(one_thread: 
     result = precision.calibrate(MICRO, rows=2, seq_len=16, repeats=2)
     assert torch.equal(torch.rand(3), expected)
     assert result.fp32_s > 0 and result.bf16_s > 0 and result.ratio == result.fp32_s / result.bf16_s
-    assert not result.cached and result.wall_s >= result.fp32_s + result.bf16_s
+    assert result.spread >= 0 and result.wall_s >= result.fp32_s + result.bf16_s
 
 
 def test_calibration_rows_follow_the_batch_up_to_a_token_cap() -> None:
@@ -220,16 +249,29 @@ def test_cast_for_decoding_measures_once_and_keeps_bf16_only_if_faster(monkeypat
 
     monkeypatch.setattr(decode_precision, "MIN_MEASURED_BYTES", 0)
     calls = []
-    monkeypatch.setattr(decode_timing, "measure_decode_ratio", lambda a, b: calls.append(1) or 1.8)
+    monkeypatch.setattr(decode_timing, "measure_decode_ratio", lambda a, b: calls.append(1) or timing(1.8))
     cast, reason = decode_cast(model)
     assert next(cast.parameters()).dtype == torch.bfloat16 and "1.80x faster" in reason and "measured now" in reason
     again, reason = decode_cast(build_model(MICRO).eval())
     assert next(again.parameters()).dtype == torch.bfloat16 and reason.endswith("(cached)") and len(calls) == 1
 
-    monkeypatch.setattr(decode_timing, "measure_decode_ratio", lambda a, b: 0.7)
+    monkeypatch.setattr(decode_timing, "measure_decode_ratio", lambda a, b: timing(0.7))
     other = build_model(MICRO.replace(n_embed=64, n_head=4)).eval()
     kept, reason = decode_cast(other)
     assert kept is other and next(kept.parameters()).dtype == torch.float32 and "0.70x" in reason
+
+    monkeypatch.setattr(decode_timing, "measure_decode_ratio", lambda a, b: timing(1.12, spread=0.04))
+    close = build_model(MICRO.replace(n_embed=48)).eval()
+    kept, reason = decode_cast(close)  # 1.12x clears 1.1x, not by its spread: fp32, and so next time
+    assert kept is close and "within the noise (±0.04) of the 1.10x that pays" in reason
+    monkeypatch.setattr(decode_timing, "measure_decode_ratio", lambda a, b: pytest.fail("measured again"))
+    kept, reason = decode_cast(build_model(MICRO.replace(n_embed=48)).eval())
+    assert next(kept.parameters()).dtype == torch.float32 and reason.endswith("that pays (cached)")
+
+
+def timing(ratio: float, spread: float = 0.0) -> measure_cache.Alternated:
+    """A decode timing with this fp32 / bf16 ratio."""
+    return measure_cache.Alternated(ratio * 0.01, 0.01, spread)
 
 
 def test_cast_for_decoding_without_native_bf16_is_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -240,8 +282,8 @@ def test_cast_for_decoding_without_native_bf16_is_fp32(monkeypatch: pytest.Monke
 
 def test_decode_ratio_is_measured_on_the_engine(one_thread: None) -> None:
     model = build_model(MICRO).eval()
-    ratio = decode_timing.measure_decode_ratio(model, copy.deepcopy(model).to(torch.bfloat16))
-    assert 0.05 < ratio < 20  # a real timing of both; which one wins is the machine's business
+    timed = decode_timing.measure_decode_ratio(model, copy.deepcopy(model).to(torch.bfloat16))
+    assert 0.05 < timed.ratio < 20 and timed.spread >= 0  # a real timing of both; which wins is the machine's
 
 
 def _rank_dependent_choice(rank: int, world_size: int, init_file: str, results: object) -> None:
@@ -273,14 +315,14 @@ def test_load_for_generation_reports_its_decode_precision(tmp_path: Path, monkey
 
     monkeypatch.setattr(decode_precision, "native_bf16", lambda flags=None: "AVX512-BF16")
     monkeypatch.setattr(decode_precision, "MIN_MEASURED_BYTES", 0)
-    monkeypatch.setattr(decode_timing, "measure_decode_ratio", lambda a, b: 1.5)
+    monkeypatch.setattr(decode_timing, "measure_decode_ratio", lambda a, b: timing(1.5))
     model, _, meta = load_for_generation(str(make_run(tmp_path)), device="cpu")
     assert next(model.parameters()).dtype == torch.bfloat16 and "1.50x faster" in meta["decode_precision"]
     calls: list[tuple[type, type]] = []
 
-    def ratio(fp32_model: torch.nn.Module, bf16_model: torch.nn.Module) -> float:
+    def ratio(fp32_model: torch.nn.Module, bf16_model: torch.nn.Module) -> measure_cache.Alternated:
         calls.append((type(fp32_model.blocks[0].mlp.up), next(bf16_model.buffers()).dtype))
-        return 1.5
+        return timing(1.5)
 
     monkeypatch.setattr(decode_timing, "measure_decode_ratio", ratio)
     model, _, meta = load_for_generation(str(make_run(tmp_path, name="int8")), int8=True, device="cpu")

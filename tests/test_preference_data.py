@@ -4,6 +4,7 @@ left truncation of the shared prompt that keeps both answers whole."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,12 @@ def _write(path: Path, rows: list[Any]) -> Path:
     ({"chosen": "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: What is 2 + 2?\n\nAssistant: 4",  # HH-RLHF
       "rejected": "\n\nHuman: hi\n\nAssistant: hello\n\nHuman: What is 2 + 2?\n\nAssistant: 5"},
      [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}, USER]),
-], ids=["text", "messages", "ultrafeedback", "hh_rlhf"])
+    ({"chosen": [USER, {"role": "assistant", "content": "4"}],  # trl's implicit prompt: the shared prefix
+      "rejected": [USER, {"role": "assistant", "content": "5"}]}, [USER]),
+    ({"chosen": [{"role": "system", "content": "be exact"}, USER, {"role": "assistant", "content": "4"}],
+      "rejected": [{"role": "system", "content": "be exact"}, USER, {"role": "assistant", "content": "5"}]},
+     [{"role": "system", "content": "be exact"}, USER]),
+], ids=["text", "messages", "ultrafeedback", "hh_rlhf", "implicit_prompt", "implicit_prompt_with_system"])
 def test_every_paired_layout_gives_the_same_shape(row: dict[str, Any], prompt: list[dict[str, str]]) -> None:
     parsed = row_from_json(row)
     assert parsed == PreferenceRow(tuple(prompt), "4", "5") and parsed.paired
@@ -53,6 +59,12 @@ def test_unpaired_rows_keep_one_side() -> None:
     ({"chosen": "\n\nHuman: a\n\nAssistant: 4", "rejected": "\n\nHuman: b\n\nAssistant: 5"}, "share the same prompt"),
     ({"prompt": "q", "completion": "4", "label": "yes"}, "'label' must be true"),
     ({"text": "hello"}, "unknown row shape"),
+    ({"chosen": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "4"}],
+      "rejected": [{"role": "user", "content": "b"}, {"role": "assistant", "content": "5"}]}, "share the same prompt"),
+    ({"chosen": [{"role": "assistant", "content": "4"}], "rejected": [{"role": "assistant", "content": "5"}]},
+     "no prompt"),
+    ({"chosen": [USER, {"role": "assistant", "content": "4"}], "rejected": "\n\nHuman: q\n\nAssistant: 5"},
+     "both message lists or both HH-RLHF transcripts"),
 ])
 def test_bad_rows_stop_with_file_and_line(tmp_path: Path, row: dict[str, Any], reason: str) -> None:
     data = _write(tmp_path / "pairs.jsonl", [{"prompt": "q", "chosen": "a", "rejected": "b"}, row])
@@ -113,3 +125,35 @@ def test_a_long_prompt_is_cut_from_the_left_so_both_answers_fit_whole() -> None:
 def test_an_hf_spec_without_a_network_is_one_line() -> None:
     with pytest.raises(TinyLMError, match=r"^hf:tinylm-tests/no-such-pairs: "):
         load_preferences("hf:tinylm-tests/no-such-pairs")
+
+
+def test_csv_and_json_array_files_hold_pairs(tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text('prompt,chosen,rejected\nWhat is 2 + 2?,4,5\n"q, quoted",a,a\n', encoding="utf-8")
+    with pytest.raises(TinyLMError, match=rf"^{re.escape(str(pairs))}:row 3: chosen and rejected are identical"):
+        load_preferences(str(pairs))
+    assert load_preferences(str(pairs), on_error="skip").rows == [PreferenceRow((USER,), "4", "5")]
+    unpaired = tmp_path / "kto.csv"
+    unpaired.write_text("prompt,completion,label\nWhat is 2 + 2?,4,true\nWhat is 2 + 2?,5,False\n", encoding="utf-8")
+    assert [(r.chosen, r.rejected) for r in load_preferences(str(unpaired)).rows] == [("4", None), (None, "5")]
+    array = tmp_path / "pairs.json"
+    array.write_text(json.dumps([{"prompt": "What is 2 + 2?", "chosen": "4", "rejected": "5"}, {"prompt": "q"}]),
+                     encoding="utf-8")
+    with pytest.raises(TinyLMError, match=rf"^{re.escape(str(array))}\[1\]: unknown row shape"):
+        load_preferences(str(array))
+
+
+def test_bytes_that_are_not_utf8_in_pairs_are_noted_with_file_and_line(tmp_path: Path) -> None:
+    good = json.dumps({"prompt": "What is 2 + 2?", "chosen": "4", "rejected": "5"}).encode()
+    latin = json.dumps({"prompt": "Combien?", "chosen": "quatre", "rejected": "cinq é"},
+                       ensure_ascii=False).encode("latin-1")
+    data = tmp_path / "pairs.jsonl"
+    data.write_bytes(good + b"\n" + latin + b"\n")
+    loaded = load_preferences(str(data))
+    assert loaded.rows[1].rejected == "cinq \ufffd"
+    assert loaded.notes == [f"{data}:2: 1 character on 1 line is not UTF-8 and became U+FFFD "
+                            "(the first on this line); convert the file to UTF-8 to keep it"]
+    data.write_bytes(good + b"\n" + json.dumps({"prompt": "q", "chosen": "\xe9" * 80, "rejected": "x"},
+                                              ensure_ascii=False).encode("latin-1") + b"\n")
+    with pytest.raises(TinyLMError, match=rf"^{re.escape(str(data))}:2: mostly not UTF-8"):
+        load_preferences(str(data))

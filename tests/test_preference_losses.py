@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -326,3 +328,13 @@ def test_orpo_agrees_with_trl(trl_trainers: types.SimpleNamespace) -> None:
     # trl computes this term in float32 (it calls .float() on its inputs)
     torch.testing.assert_close(pair_loss("orpo", p, PARAMS["orpo"]).losses, -avg_w - ratio_term.double(),
                                rtol=0, atol=1e-6)
+
+
+def test_the_readme_counts_the_losses_right_or_not_at_all() -> None:
+    """A count of the losses written in prose drifts when one is added; any that is left must be the registry's."""
+    numbers = {word: i for i, word in enumerate(["zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
+                                                 "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen"])}
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    for count in re.findall(r"\b(\w+) (?:preference )?losses\b", readme):
+        value = int(count) if count.isdigit() else numbers.get(count.lower())
+        assert value is None or value == len(LOSSES), f"README says {count} losses; the registry has {len(LOSSES)}"

@@ -56,6 +56,8 @@ def test_human_readable_report(capsys: pytest.CaptureFixture[str]) -> None:
         (["report", "--preset", "huge"], "unknown preset 'huge'"),
         (["report", "--set", "colour=blue"], "unknown model field 'colour'"),
         (["report", "--checkpoint", "/nonexistent/run"], "checkpoint not found: /nonexistent/run"),
+        (["report", "--set", "arch=classic"], "arch is its own option: use --arch classic, not --set arch=classic"),
+        (["report", "--preset", "13m", "--set", "arch=modern"], "use --arch modern"),
     ],
 )
 def test_bad_input_is_one_clear_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,7 @@ from eval_support import TASK, sft_run
 from tinylm.checkpoint import load_model
 from tinylm.cli.main import main
 from tinylm.errors import TinyLMError
-from tinylm.evaluate.report_card import REPORT_HTML, REPORT_MD, write_report_card
+from tinylm.evaluate.report_card import REPORT_HTML, REPORT_MD, curve_keys, curves_section, write_report_card
 from tinylm.metrics import read_metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -62,3 +62,17 @@ def test_a_folder_that_is_not_a_run_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(TinyLMError, match="no checkpoint in"):
         write_report_card(tmp_path / "empty")
+
+
+def test_an_rl_card_leads_with_what_the_stage_optimises() -> None:
+    """GRPO's loss is 0 by construction (advantages centred per group): the card leads with reward and held-out
+    exact-match, drops that loss, and keeps PPO's value loss (a regression that does fall) last."""
+    rl = [{"step": 0, "exact_match": 0.0}, *({"step": s, "loss": 1e-7 * (-1) ** s, "reward": 0.1 * s,
+                                               "accuracy": 0.05 * s, "tokens_per_s": 1.0} for s in (1, 2)),
+          {"step": 2, "exact_match": 0.25}]
+    assert [name for name, _ in curves_section(rl, "rl").figures] == ["reward", "evaluation"]
+    assert all("loss" not in keys for keys in curve_keys("rl").values())
+    ppo = [*rl, {"step": 2, "value_loss": 0.4, "loss": 0.1}]
+    assert [name for name, _ in curves_section(ppo, "rl").figures] == ["reward", "evaluation", "value_loss"]
+    sft = [{"step": 1, "loss": 2.0}, {"step": 1, "dev_loss": 2.1, "exact_match": 0.0}]
+    assert [name for name, _ in curves_section(sft, "sft").figures] == ["loss", "evaluation"]

@@ -3,8 +3,12 @@ and torchrun equal one big batch, the checkpoint loads back and exports to trans
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import math
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +17,7 @@ import pytest
 import torch
 
 from test_ddp import torchrun
-from test_sft import TASK, base_run
+from test_sft import TASK, base_run, sft_args
 from test_train_support import losses, rows
 from tinylm.checkpoint import list_checkpoints, read_weights
 from tinylm.cli.main import main
@@ -174,3 +178,41 @@ def test_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--margin must be >= 0" in err[0]
     assert not list_checkpoints(tmp_path / "out")
+
+
+@functools.lru_cache(maxsize=1)
+def reward_run() -> Path:
+    """A reward run trained for one step, shared by the refusal tests (they only read it)."""
+    out = Path(tempfile.mkdtemp(prefix="tinylm-reward-run-")) / "rm"
+    atexit.register(shutil.rmtree, out.parent, ignore_errors=True)
+    run_training(reward_config(out, max_steps=1, eval_every=0), stage=RewardStage())
+    return out
+
+
+@pytest.mark.parametrize("command", [
+    ["eval", "--tasks", TASK], ["chat"], ["generate", "--prompt", "hi"], ["serve", "--threads", "1"], ["sft"],
+])
+def test_a_reward_model_where_a_language_model_is_expected_is_named_for_what_it_is(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    run = reward_run()
+    capsys.readouterr()  # what training it printed
+    args = ["sft", *sft_args(tmp_path / "sft")[1:]] if command == ["sft"] else [*command, "--checkpoint", str(run)]
+    if command == ["sft"]:
+        args[args.index("--base") + 1] = str(run)
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "corrupt" not in err[0] and "is a reward model (a `tinylm reward` checkpoint)" in err[0]
+    assert "--reward model:" in err[0] and "tinylm export" in err[0]
+
+
+def test_reward_on_unpaired_rows_points_to_dpo_kto(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "kto.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"What is {a} + 1?", "completion": str(a + 1), "label": True})
+                            + "\n" for a in range(8)), encoding="utf-8")
+    args = reward_args(tmp_path / "rm", "--max-steps", "1")
+    args[args.index("--data") + 1] = str(data)
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tinylm dpo --loss kto" in err[0] and "needs pairs" in err[0]
+    assert "only --loss kto" not in err[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -120,14 +121,50 @@ def test_resume_is_bit_exact_even_in_the_middle_of_a_round(tmp_path: Path, algo:
     assert all(torch.equal(straight[k], split[k]) for k in straight)
 
 
+def always_failing_reward(response: str, example: Example) -> float:
+    raise ValueError("no score for this")
+
+
 def test_a_reward_that_raises_or_returns_nan_scores_zero_and_is_counted(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(rl_args(tmp_path / "r", "grpo", "--reward", "test_rl:failing_reward", "--max-steps", "2")) == 0
+    """Only when asked (--reward-errors zero): counted in the log and in the closing lines."""
+    assert main(rl_args(tmp_path / "r", "grpo", "--reward", "test_rl:failing_reward", "--max-steps", "2",
+                        "--reward-errors", "zero")) == 0
     logged = [r for r in rows(tmp_path / "r") if "loss" in r]
-    assert sum(r["reward_failures"] for r in logged) > 0
+    failed = sum(r["reward_failures"] for r in logged)
+    assert failed > 0
     assert all(0 <= r["reward"] <= 1 for r in logged)
     captured = capsys.readouterr()
     assert "reward(s) failed and scored 0" in captured.out + captured.err
+    assert f"reward failures: {failed:.0f} sample(s) scored 0 (--reward-errors zero); first: reward " \
+           "test_rl:failing_reward" in captured.out + captured.err
+
+
+def test_a_reward_that_fails_stops_the_run_with_its_first_exception(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """It used to train to the end on zeros and exit 0."""
+    code = main(rl_args(tmp_path / "r", "grpo", "--reward", "test_rl:always_failing_reward", "--max-steps", "2"))
+    err = capsys.readouterr().err.strip().splitlines()  # the run's header, then the error
+    assert code == 1 and err[-1].startswith("tinylm: error: reward test_rl:always_failing_reward raised ValueError: "
+                                            "no score for this on sample 0"), err
+    assert sum("error" in line for line in err) == 1
+    assert not list_checkpoints(tmp_path / "r")
+
+
+def hanging_reward(response: str, example: Example) -> float:
+    time.sleep(60)
+    return 1.0
+
+
+def test_a_reward_past_its_timeout_stops_the_run_in_bounded_time(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A hung reward used to hang the run; now the call is abandoned after --reward-timeout seconds."""
+    start = time.monotonic()
+    code = main(rl_args(tmp_path / "r", "grpo", "--reward", "test_rl:hanging_reward", "--reward-timeout", "0.3"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and time.monotonic() - start < 30
+    assert err[-1].startswith("tinylm: error: reward test_rl:hanging_reward took longer than 0.3 s "
+                              "(--reward-timeout) on sample 0"), err
 
 
 def test_the_cli_reports_the_exact_match_before_and_after(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

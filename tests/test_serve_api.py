@@ -37,8 +37,10 @@ def client(server) -> openai.OpenAI:
 
 
 def engine_text(served, prompt_ids: list[int], max_tokens: int, stops: tuple[int, ...]) -> tuple[list[int], str]:
+    """The engine's greedy ids and their text; special tokens are not text (the random model writes some)."""
     ids = Engine(served.model).generate([prompt_ids], max_tokens, GREEDY, stop_ids=stops)[0]
-    return ids, served.tokenizer.decode(ids)
+    specials = set(served.tokenizer.special_tokens.values())
+    return ids, served.tokenizer.decode([i for i in ids if i not in specials])
 
 
 def log_softmax_of(served, ids: list[int]) -> torch.Tensor:
@@ -85,6 +87,30 @@ def test_chat_streamed_equals_non_streamed_and_the_engine(server, client: openai
     reasons = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert reasons == [reply.choices[0].finish_reason]
     assert chunks[-1].usage.total_tokens == reply.usage.total_tokens
+
+
+def test_content_as_a_list_of_text_parts_is_their_text_joined(client: openai.OpenAI) -> None:
+    """OpenAI's list-of-parts content (what many clients send): text parts are joined with newlines, as vLLM does."""
+    parts = [{"role": "system", "content": [{"type": "text", "text": "Be"}, {"type": "text", "text": "brief."}]},
+             {"role": "user", "content": [{"type": "text", "text": "Add 2 and 3."}]}]
+    joined = [{"role": "system", "content": "Be\nbrief."}, {"role": "user", "content": "Add 2 and 3."}]
+    asked = [client.chat.completions.create(model="micro", messages=m, max_tokens=8, temperature=0)
+             for m in (parts, joined)]
+    assert asked[0].choices[0].message.content == asked[1].choices[0].message.content
+    assert asked[0].usage.prompt_tokens == asked[1].usage.prompt_tokens
+
+
+def test_a_content_part_that_is_not_text_is_refused_naming_it(server, client: openai.OpenAI) -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}]
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="micro", messages=messages, max_tokens=4)
+    assert "image_url" in caught.value.body["message"] and caught.value.body["param"] == "messages"
+    reply = httpx.post(server[0] + "/v1/chat/completions", json={
+        "model": "micro", "messages": [{"role": "user", "content": [{"type": "text"}]}]})
+    assert reply.status_code == 400 and "text" in reply.json()["error"]["message"]
+    after = client.chat.completions.create(model="micro", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert after.choices[0].finish_reason in ("stop", "length")  # and the server keeps serving
 
 
 def test_a_classic_checkpoint_is_served_too(tmp_path: Path) -> None:

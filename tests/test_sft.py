@@ -182,6 +182,7 @@ def test_jsonl_in_three_layouts_trains(tmp_path: Path) -> None:
     ("lora_target", "LoRA target"),
     ("lora_rank", "--lora-rank"),
     ("nothing_to_learn", "no conversation has assistant content"),
+    ("not_utf8", "bad.jsonl:2: mostly not UTF-8"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str,
                                                   message: str) -> None:
@@ -211,6 +212,10 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest
     elif case == "nothing_to_learn":
         empty_answer = [{"role": "user", "content": "a question"}, {"role": "assistant", "content": ""}]
         _write(bad, [{"messages": empty_answer}] * 3)
+        args[data_at] = str(bad)
+    elif case == "not_utf8":
+        latin1 = {"messages": [{"role": "user", "content": "\xe9" * 100}, {"role": "assistant", "content": "x"}]}
+        bad.write_bytes((json.dumps(CHAT) + "\n" + json.dumps(latin1, ensure_ascii=False) + "\n").encode("latin-1"))
         args[data_at] = str(bad)
     assert main(args) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -261,3 +266,29 @@ def test_an_adapter_checkpoint_loads_as_its_base_plus_the_merged_adapters(tmp_pa
     assert main(["generate", "--checkpoint", str(tmp_path / "lora"), "--prompt", "What", "--max-new-tokens", "3",
                  "--temperature", "0"]) == 0
     assert capsys.readouterr().out.startswith("What")
+
+
+def test_long_conversations_are_split_at_turn_boundaries_and_every_answer_trains(tmp_path: Path) -> None:
+    exchanges = [[{"role": "user", "content": f"What is {a} + {b}?"}, {"role": "assistant", "content": str(a + b)}]
+                 for a in range(3) for b in range(3)]
+    conversation = [{"role": "system", "content": "Add."}] + [m for pair in exchanges for m in pair]
+    data = _write(tmp_path / "long.jsonl", [{"messages": conversation}] * 4)
+    stage = SFTStage()
+    run_training(sft_config(tmp_path / "sft", data=str(data), eval_data=str(data), max_steps=1), stage=stage)
+    rendered = stage.chat.render(conversation)
+    assert len(rendered.ids) > 2 * 33  # far longer than a 32-token row
+    for rows_ in (stage.train_rows, stage.dev_rows):
+        assert int((rows_["targets"] != -100).sum()) == 4 * sum(rendered.mask)  # each answer once
+    assert any("4 longer than a row split at turn boundaries into" in line for line in stage.report)
+
+
+def test_bytes_that_are_not_utf8_are_said_with_file_and_line(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    latin1 = {"messages": [{"role": "user", "content": "caf\xe9?"}, {"role": "assistant", "content": "oui"}]}
+    data = tmp_path / "latin1.jsonl"
+    data.write_bytes(("".join(json.dumps(CHAT) + "\n" for _ in range(30)) + json.dumps(latin1, ensure_ascii=False)
+                      + "\n").encode("latin-1"))
+    args = sft_args(tmp_path / "out", "--max-steps", "1")
+    args[args.index("--data") + 1] = str(data)
+    assert main(args) == 0
+    assert f"{data}:31: 1 character on 1 line is not UTF-8 and became U+FFFD" in capsys.readouterr().err

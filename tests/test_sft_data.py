@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,99 @@ def test_hf_load_failure_is_one_line(monkeypatch) -> None:
     with pytest.raises(TinyLMError, match=r"^hf:someone/chats:dev: could not load 'someone/chats' split 'dev': "
                                           r"Couldn't reach 'someone/chats' on the Hub$"):
         load_conversations("hf:someone/chats:dev")
+
+
+def _latin1_line(text: str) -> bytes:
+    """A JSONL line whose user content is written in Latin-1, as an editor on an old system would save it."""
+    row = {"messages": [{"role": "user", "content": text}, {"role": "assistant", "content": "oui"}]}
+    return json.dumps(row, ensure_ascii=False).encode("latin-1")
+
+
+def test_bytes_that_are_not_utf8_are_noted_with_file_and_line(tmp_path: Path) -> None:
+    good = json.dumps(OPENAI).encode()
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b"\n".join([good, good, _latin1_line("un café"), _latin1_line("déjà vu")]) + b"\n")
+    loaded = load_conversations(str(path))
+    assert len(loaded) == 4 and loaded.conversations[2][0]["content"] == "un caf\ufffd"
+    assert loaded.notes == [f"{path}:3: 3 characters on 2 lines are not UTF-8 and became U+FFFD "
+                            "(the first on this line); convert the file to UTF-8 to keep them"]
+    assert load_conversations(str(write_jsonl(tmp_path / "clean.jsonl", [OPENAI]))).notes == []
+
+
+def test_a_file_mostly_not_utf8_is_refused_past_prepares_threshold(tmp_path: Path) -> None:
+    from tinylm.data.corpus_report import MAX_REPLACEMENT_SHARE
+
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(json.dumps(OPENAI).encode() + b"\n" + _latin1_line("\xe9" * 200) + b"\n")
+    with pytest.raises(TinyLMError, match=rf"^{re.escape(str(path))}:2: mostly not UTF-8: \d+% of its characters "
+                                          r"\(200 of \d+\) are U\+FFFD"):
+        load_conversations(str(path))
+    share = 200 / (len(json.dumps(OPENAI)) + len(_latin1_line("\xe9" * 200)) + 2)
+    assert share > MAX_REPLACEMENT_SHARE  # the threshold is prepare's, not a second copy
+
+
+def test_a_json_array_file_reads_like_alpaca_data_json(tmp_path: Path) -> None:
+    path = tmp_path / "alpaca_data.json"
+    path.write_text(json.dumps([ALPACA, ALPACA_NO_INPUT, OPENAI], indent=4), encoding="utf-8")
+    assert load_conversations(str(path)).conversations == [messages_from_row(r) for r in (ALPACA, ALPACA_NO_INPUT,
+                                                                                         OPENAI)]
+    path.write_text(json.dumps([ALPACA, {"instruction": 3, "output": "x"}], indent=4), encoding="utf-8")
+    with pytest.raises(TinyLMError, match=rf"^{re.escape(str(path))}\[1\]: Alpaca instruction"):
+        load_conversations(str(path))
+    path.write_text('[\n  {"instruction": "a",\n   "output": }\n]', encoding="utf-8")
+    with pytest.raises(TinyLMError, match=rf"^{re.escape(str(path))}:3: malformed JSON"):
+        load_conversations(str(path))
+    path.write_text(json.dumps([ALPACA]) + "\n}", encoding="utf-8")
+    with pytest.raises(TinyLMError, match=rf"^{re.escape(str(path))}:2: malformed JSON \(Extra data"):
+        load_conversations(str(path))
+    path.write_text(json.dumps({"data": [ALPACA]}), encoding="utf-8")
+    with pytest.raises(TinyLMError, match=rf"^{re.escape(str(path))}: expected a JSON array of rows"):
+        load_conversations(str(path))
+
+
+def test_a_json_file_with_one_row_per_line_reads_as_jsonl(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "rows.json", [ALPACA, OPENAI, {"messages": "oops"}])
+    with pytest.raises(TinyLMError, match=rf"^{re.escape(str(path))}:3: expected a non-empty list"):
+        load_conversations(str(path))
+    assert len(load_conversations(str(path), on_error="skip")) == 2
+
+
+def test_csv_with_a_header_reads_its_columns_as_the_jsonl_keys(tmp_path: Path) -> None:
+    alpaca = tmp_path / "alpaca.csv"
+    alpaca.write_text('instruction,input,output\nAdd the numbers.,2 and 3,5\n"Say ""yes"".",,"yes,\nreally"\n',
+                      encoding="utf-8-sig")  # as Excel saves "CSV UTF-8": a byte-order mark first
+    assert load_conversations(str(alpaca)).conversations == [
+        messages_from_row(ALPACA), messages_from_row({"instruction": 'Say "yes".', "output": "yes,\nreally"})]
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("prompt,response\nhi,hello\nq,a,extra\n", encoding="utf-8")
+    with pytest.raises(TinyLMError, match=rf"^{re.escape(str(pairs))}:row 3: 3 cells but the header names 2"):
+        load_conversations(str(pairs))
+    loaded = load_conversations(str(pairs), on_error="skip")
+    assert loaded.conversations == [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]]
+    assert loaded.skipped[0].startswith(f"{pairs}:row 3: ")
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_row(tmp_path: Path) -> None:
+    path = tmp_path / "bom.jsonl"
+    path.write_text(json.dumps(OPENAI) + "\n", encoding="utf-8-sig")
+    assert load_conversations(str(path)).conversations == [OPENAI["messages"]]
+
+
+def test_prompt_response_rows_are_one_exchange() -> None:
+    assert messages_from_row({"prompt": "q", "response": "a"}) == [{"role": "user", "content": "q"},
+                                                                  {"role": "assistant", "content": "a"}]
+
+
+def test_openai_content_parts_are_joined_text(tmp_path: Path) -> None:
+    parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hello "},
+                                                       {"type": "text", "text": "there"}]},
+                          {"role": "assistant", "content": [{"type": "text", "text": "hi"}]}]}
+    assert messages_from_row(parts) == [{"role": "user", "content": "Hello there"},
+                                        {"role": "assistant", "content": "hi"}]
+    image = {"messages": [{"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                                       {"type": "image_url", "image_url": {"url": "x.png"}}]},
+                          {"role": "assistant", "content": "a cat"}]}
+    path = write_jsonl(tmp_path / "parts.jsonl", [parts, image])
+    with pytest.raises(TinyLMError, match=rf"^{re.escape(str(path))}:2: a user message has a content part of type "
+                                          "'image_url': tinylm reads text parts only"):
+        load_conversations(str(path))

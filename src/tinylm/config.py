@@ -187,6 +187,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     by_name = {f.name: f for f in fields(ModelConfig)}
     if name not in by_name or name == "extra":
         raise ValueError(f"invalid override {text!r}: unknown model field {name!r}")
+    if name == "arch":  # a preset's shape depends on its arch, so it cannot be patched onto a built config
+        raise ValueError(f"invalid override {text!r}: arch is its own option: use --arch {raw}, not --set arch={raw}")
     default = getattr(ModelConfig(), name)
     annotation = str(by_name[name].type)
     if raw.lower() in ("none", "null"):

@@ -20,6 +20,7 @@ from tinylm.checkpoint.read import (
     full_state_dict,
     read_checkpoint_config,
     read_weights,
+    refuse_reward_model,
     resolve_checkpoint,
 )
 from tinylm.errors import TinyLMError
@@ -67,9 +68,12 @@ def load_weights(model: nn.Module, path: Path) -> None:
     """Load a checkpoint's weights into a plain (unwrapped, unsharded) model, in place.
 
     An adapter-only checkpoint (a LoRA run: config.json has "adapter") holds only the A and B matrices
-    and any matrix it trained whole; its model is its base's weights with the adapters folded in.
+    and any matrix it trained whole; its model is its base's weights with the adapters folded in. A reward
+    checkpoint is refused by name (`load_reward_model` reads those).
     """
-    adapter = read_checkpoint_config(path).get("adapter")
+    info = read_checkpoint_config(path)
+    refuse_reward_model(path, info)
+    adapter = info.get("adapter")
     stored = read_weights(path) if adapter is None else adapter_weights(path, adapter)
     model.load_state_dict(full_state_dict(model, stored, path), strict=True)
 
@@ -78,6 +82,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn
     """(model in eval mode on `device`, tokenizer or None, config.json + "path") for inference users."""
     ckpt = resolve_checkpoint(path)
     meta = read_checkpoint_config(ckpt)
+    refuse_reward_model(ckpt, meta)  # before building a model its weights do not fit
     model = build_model(checkpoint_model_config(ckpt))
     load_weights(model, ckpt)
     tokenizer = None

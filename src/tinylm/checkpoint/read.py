@@ -92,6 +92,14 @@ def read_checkpoint_config(path: Path) -> dict[str, Any]:
     return info
 
 
+def refuse_reward_model(path: Path, info: dict[str, Any]) -> None:
+    """Name a `tinylm reward` checkpoint for what it is where a language model is expected: its weights sit under
+    `backbone.*` beside a score head, so loading them as a language model would only say they do not fit."""
+    if info.get("reward_head") is not None:
+        raise TinyLMError(f"{path} is a reward model (a `tinylm reward` checkpoint), not a language model: use it "
+                          f"as RL's reward (`tinylm rl --reward model:{path}`) or export it (`tinylm export`)")
+
+
 def check_config_matches_weights(path: Path, config: ModelConfig) -> None:
     """Refuse a config.json that is not the one the weights were written with, naming each field.
 

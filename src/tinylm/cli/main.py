@@ -17,6 +17,7 @@ import importlib
 import sys
 from typing import Any, NoReturn
 
+import tinylm.runtime.start_env  # noqa: F401  (first: sets MKL_CBWR before torch loads)
 from tinylm.cli.run_stage import add_stage_arguments, run_stage_command
 from tinylm.errors import CLOSED_PIPE_EXIT, TinyLMError, error_prefix, silence_closed_stdout, user_message
 from tinylm.options_file import apply_options, load_options_file

@@ -16,6 +16,8 @@ from typing import Any
 
 from tinylm.cli.options import add_config_options, config_from_args
 from tinylm.cli.run_summary import before_after, print_outcome
+from tinylm.errors import TinyLMError
+from tinylm.options import option_specs
 from tinylm.stages import StageSpec
 from tinylm.train.loop import TrainSummary, run_training
 from tinylm.train.resume_options import describe_taken, options_for_resume
@@ -26,6 +28,11 @@ EXIT_STATUS = {"nan": 1, "interrupted": 130}  # everything else (a budget reache
 
 def add_stage_arguments(parser: argparse.ArgumentParser, spec: StageSpec) -> None:
     add_config_options(parser, spec.config)
+
+
+def flag_defaults(config_class: type) -> dict[str, Any]:
+    """What each generated flag holds when it is not given (a required --base: "", not a placeholder)."""
+    return {spec.name: spec.default for spec in option_specs(config_class)}
 
 
 def explicit_options(args: argparse.Namespace, defaults: dict[str, Any]) -> set[str]:
@@ -53,6 +60,12 @@ def resumed_config(config: Any, explicit: set[str], run_name: tuple[str, str] | 
     return type(config)(**merged)
 
 
+def nothing_to_resume(resume: str, out: str | None) -> str:
+    """Why a `--resume` without `--base` cannot run: no checkpoint was found to take the base from."""
+    where = f"{out} holds no checkpoint to continue" if out else "no --out names the run folder to continue"
+    return f"--resume {resume}: {where}, and no --base was given to start a new run from"
+
+
 def print_scores(spec: StageSpec, summary: TrainSummary) -> None:
     """The closing lines of a stage: `done:` with its scores before -> after, then its checkpoint and plots."""
     parts = [f"step {summary.steps}"]
@@ -69,8 +82,9 @@ def run_stage_command(args: argparse.Namespace, spec: StageSpec,
     config = config_from_args(spec.config, args)
     stage = spec.stage()
     if config.resume is not None:
-        defaults = spec.default_config().to_dict()
-        config = resumed_config(config, explicit_options(args, defaults), stage.run_name(config))
+        config = resumed_config(config, explicit_options(args, flag_defaults(spec.config)), stage.run_name(config))
+        if spec.starts_from_base and not config.base:
+            raise TinyLMError(nothing_to_resume(config.resume, config.out))
     summary = run_training(config, stage=stage)
     if int(os.environ.get("RANK", "0")) == 0:
         (report or (lambda s: print_scores(spec, s)))(summary)

@@ -18,7 +18,8 @@ speed-up (tests/test_packing.py proves it to 1e-6, gradients too).
 
 An example of L tokens fills L - 1 slots (inputs ids[:-1], targets ids[1:]). One longer than
 seq_len + 1 tokens is truncated from the right: its first seq_len + 1 tokens are kept and its
-tail is dropped; `count_truncated` says how many were.
+tail is dropped; `count_truncated` says how many were. SFT never hands packing such an example:
+a conversation longer than a row is first split at its turn boundaries (`turn_windows.py`).
 """
 
 from __future__ import annotations

@@ -36,6 +36,14 @@ CURVES = {  # figure -> the metric keys drawn in it, when the run logged them
     "reward": ("reward", "accuracy", "reward_chosen", "reward_rejected", "reward_margin", "reward_accuracy"),
     "evaluation": ("exact_match", "dev_bpb", "dev_accuracy", "dev_margin"),
 }
+# RL optimises the reward, so it leads, with the held-out exact-match. Its policy loss is left out: GRPO's is 0 by
+# construction (advantages centred per group) and every surrogate's value says nothing of progress. PPO's value
+# loss is a regression that does fall, so it stays, last.
+RL_CURVES = {
+    "reward": ("reward", "accuracy"),
+    "evaluation": ("exact_match",),
+    "value_loss": ("value_loss",),
+}
 
 
 @dataclass
@@ -121,9 +129,14 @@ def _curve_png(rows: list[dict[str, Any]], keys: tuple[str, ...], title: str) ->
     return buffer.getvalue()
 
 
-def _curves_section(rows: list[dict[str, Any]]) -> Section:
+def curve_keys(stage: str | None) -> dict[str, tuple[str, ...]]:
+    """The figures of a run's card, in order: each name and the metric keys drawn in it."""
+    return RL_CURVES if stage == "rl" else CURVES
+
+
+def curves_section(rows: list[dict[str, Any]], stage: str | None) -> Section:
     section = Section("Curves")
-    for name, keys in CURVES.items():
+    for name, keys in curve_keys(stage).items():
         png = _curve_png(rows, keys, name)
         if png is not None:
             section.figures.append((name, png))
@@ -154,8 +167,8 @@ def gather(run: Path) -> tuple[str, list[Section]]:
     checkpoint = resolve_checkpoint(run)
     meta = read_checkpoint_config(checkpoint)
     rows = read_metrics(run, say=lambda line: None) if (run / METRICS).is_file() else []
-    sections = [_model_section(meta), _lineage_section(meta), _training_section(rows, meta), _curves_section(rows),
-                *_evals_sections(read_evaluations(run))]
+    sections = [_model_section(meta), _lineage_section(meta), _training_section(rows, meta),
+                curves_section(rows, meta.get("stage")), *_evals_sections(read_evaluations(run))]
     return f"{run.resolve().name}: {meta.get('stage', '?')} checkpoint {checkpoint.name}", sections
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from tinylm.checkpoint import TOKENIZER, load_model
 from tinylm.errors import TinyLMError
 from tinylm.evaluate.core import core_score
-from tinylm.evaluate.tasks import EvalOptions, EvalTask, Subject, TaskResult, run_tasks
+from tinylm.evaluate.tasks import EvalOptions, EvalTask, Generative, Subject, TaskResult, run_tasks
 from tinylm.runtime.rng import seed_everything
 
 EVALS = "evals.jsonl"
@@ -31,6 +31,7 @@ class Evaluation:
     core: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
+    notes: list[str] = field(default_factory=list)  # what the scores need beside them (not recorded)
 
     def scores(self) -> dict[str, dict[str, float]]:
         table = {r.task: dict(r.metrics) for r in self.results}
@@ -53,6 +54,17 @@ def load_subject(checkpoint: str | Path) -> Subject:
     return Subject(model, tokenizer, meta)
 
 
+def chat_format_notes(meta: dict[str, Any], tasks: list[EvalTask]) -> list[str]:
+    """One note when a base model (no chat template) meets tasks that ask in the chat format: its near-0 score
+    there is what a base model gets, not a broken evaluation."""
+    chat_tasks = [t.spec for t in tasks if isinstance(t, Generative)]
+    if meta.get("chat_template") or not chat_tasks:
+        return []
+    return [f"note: {meta.get('path')} is a base model (no chat template) and {', '.join(chat_tasks)} "
+            f"{'asks' if len(chat_tasks) == 1 else 'ask'} in the chat format: scores near 0 are expected; "
+            "run `tinylm sft` on it first"]
+
+
 def evaluate_checkpoint(checkpoint: str | Path, tasks: list[EvalTask], options: EvalOptions | None = None
                         ) -> Evaluation:
 
@@ -65,7 +77,7 @@ def evaluate_checkpoint(checkpoint: str | Path, tasks: list[EvalTask], options: 
     choices = {r.task: (r.metrics["acc"], r.chance) for r in results if r.chance is not None}
     return Evaluation(subject.meta["path"], int(subject.meta.get("step", 0)), str(subject.meta.get("stage", "?")),
                       results, core_score(choices) if choices else None, asdict(options),
-                      time.perf_counter() - start)
+                      time.perf_counter() - start, chat_format_notes(subject.meta, tasks))
 
 
 def run_folder(checkpoint: str | Path) -> Path:

@@ -6,8 +6,6 @@ imports the inference engine, so the timing lives here, next to the engine it ru
 
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import nn
 
@@ -16,32 +14,28 @@ from tinylm.inference.int8 import Int8Linear
 from tinylm.inference.sampling import GREEDY
 from tinylm.runtime.choice import Choice
 from tinylm.runtime.decode_precision import cast_for_decoding
+from tinylm.runtime.measure_cache import Alternated, best_of_alternating
 
 PROBE_TOKENS = 16
-PROBE_REPEATS = 3
+PROBE_REPEATS = 4
+PROBE_BUDGET_S = 4.0  # no new pair starts after this (past `measure_cache.MIN_PAIRS`)
 
 
 def is_int8(model: nn.Module) -> bool:
     return any(isinstance(m, Int8Linear) for m in model.modules())
 
 
-def decode_seconds(engine: Engine, new_tokens: int = PROBE_TOKENS) -> float:
-    """Seconds for greedy cached generation of `new_tokens` after an 8-token prompt, batch 1."""
+def decode(engine: Engine, new_tokens: int = PROBE_TOKENS) -> None:
+    """Greedy cached generation of `new_tokens` after an 8-token prompt, batch 1: the pass that is timed."""
     prompt = [[i % engine.model.config.vocab_size for i in range(1, 9)]]  # type: ignore[union-attr]
-    start = time.perf_counter()
     engine.generate(prompt, new_tokens, GREEDY)
-    return time.perf_counter() - start
 
 
-def measure_decode_ratio(model: nn.Module, bf16_model: nn.Module) -> float:
-    """fp32 seconds / bf16 seconds of the same decode, best of `PROBE_REPEATS` alternating runs each."""
+def measure_decode_ratio(model: nn.Module, bf16_model: nn.Module) -> Alternated:
+    """Best fp32 and bf16 seconds of the same decode, alternating, with the spread of their ratio (fp32 / bf16)."""
     fp32_engine, bf16_engine = Engine(model), Engine(bf16_model)
-    decode_seconds(fp32_engine, 4), decode_seconds(bf16_engine, 4)  # warm-up: weights fused, kernels chosen
-    fp32, bf16 = [], []
-    for _ in range(PROBE_REPEATS):
-        fp32.append(decode_seconds(fp32_engine))
-        bf16.append(decode_seconds(bf16_engine))
-    return min(fp32) / min(bf16)
+    return best_of_alternating(lambda: decode(fp32_engine), lambda: decode(bf16_engine), PROBE_REPEATS,
+                               PROBE_BUDGET_S)
 
 
 def cast_measuring_decode(model: nn.Module, device: torch.device) -> tuple[nn.Module, Choice[torch.dtype]]:

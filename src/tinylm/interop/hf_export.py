@@ -2,7 +2,7 @@
 
     DIR/config.json              the matching transformers architecture (see interop/hf.py)
     DIR/model.safetensors        our weights under transformers names, a tied matrix stored once
-    DIR/generation_config.json   EOS/BOS/PAD = our end-of-text token
+    DIR/generation_config.json   BOS/PAD = our end-of-text token, EOS too (a chat model's: it and <|end|>)
     DIR/tokenizer.json           our tokenizer, unchanged
     DIR/tokenizer_config.json    what AutoTokenizer needs to run it, with the chat template of a chat model
     DIR/adapter/                 a LoRA run's adapters in PEFT's format (DIR is then the base they apply to)
@@ -32,7 +32,7 @@ from tinylm.checkpoint.read import (
 )
 from tinylm.errors import TinyLMError
 from tinylm.interop.hf import hf_architecture, write_hf_folder
-from tinylm.interop.hf_tokenizer import write_hf_tokenizer
+from tinylm.interop.hf_tokenizer import end_token_ids, write_hf_tokenizer
 from tinylm.interop.output_folder import output_folder
 from tinylm.interop.peft_export import write_peft_adapter
 from tinylm.models.factory import build_model
@@ -66,9 +66,10 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str | None
     weights = _canonical_weights(config, stored, ckpt, dtype)
 
     with output_folder(out) as folder:
-        eot_id = write_hf_tokenizer(tokenizer_file, folder, config.context_length,
-                                    chat_template=info.get("chat_template"))
-        token_ids = {"bos_token_id": eot_id, "eos_token_id": eot_id, "pad_token_id": eot_id}
+        chat_template = info.get("chat_template")
+        eot_id = write_hf_tokenizer(tokenizer_file, folder, config.context_length, chat_template=chat_template)
+        token_ids = {"bos_token_id": eot_id, "eos_token_id": end_token_ids(tokenizer_file, eot_id, chat_template),
+                     "pad_token_id": eot_id}
         write_hf_folder(folder, weights, config, **token_ids)
         generation = {**token_ids, "_from_model_config": False}
         (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n", encoding="utf-8")

@@ -4,6 +4,7 @@
       -> RUN/checkpoints/step_00000000/ (model.safetensors, config.json, tokenizer.json)
 
 The result is an ordinary tinylm checkpoint without training state: `tinylm generate` uses it as is.
+A chat model tinylm exported comes back a chat model: its template (tokenizer_config.json) is kept.
 Only what maps exactly is accepted (see `interop/hf_config_reader.py`): an unknown architecture, an unknown
 config field, a RoPE scaling, a bias, a corrupt weight file are each refused with one line, and
 `--out` is written only once the whole checkpoint is ready.
@@ -24,7 +25,7 @@ from tinylm.checkpoint.save import save_checkpoint
 from tinylm.errors import TinyLMError
 from tinylm.interop.hf import hf_architecture, state_dict_from_hf
 from tinylm.interop.hf_config_reader import config_from_hf
-from tinylm.interop.hf_tokenizer import eot_token, hf_eot_id
+from tinylm.interop.hf_tokenizer import eot_token, hf_eot_id, tinylm_chat_template
 from tinylm.interop.output_folder import output_folder
 from tinylm.models.factory import build_model
 
@@ -78,6 +79,9 @@ def import_hf(hf_dir: str | Path, out: str | Path) -> tuple[Path, str]:
     meta: dict = {"imported_from": str(hf_dir.resolve()), "hf_architecture": architecture}
     if tokenizer_file.is_file():
         meta["eot_id"] = eot_token(tokenizer_file, hf_eot_id(hf_dir))[0]
+        chat_template = tinylm_chat_template(hf_dir)
+        if chat_template is not None:  # an exported chat model: it stays one (`tinylm chat` reads this)
+            meta["chat_template"] = chat_template
     with output_folder(out) as folder:
         save_checkpoint(folder, 0, model, config, tokenizer_file=tokenizer_file if tokenizer_file.is_file() else None,
                         meta=meta)

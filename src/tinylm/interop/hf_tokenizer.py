@@ -7,7 +7,8 @@ documents separated by EOT knows no other), and nothing is added around the text
 `AutoTokenizer(text).input_ids` equals our `encode(text)`. A chat model's checkpoint also carries its
 chat template (tokenizer/chat_format.py): it goes into `chat_template`, and the special tokens it
 writes are named `extra_special_tokens`, so `apply_chat_template` gives the ids and the assistant
-mask tinylm trained on.
+mask tinylm trained on. Its replies end with <|end|>, so that is its EOS (`end_token_ids` gives the
+ids that stop generation: both), the convention of instruct models that tools like vLLM read.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from tinylm.errors import TinyLMError
+from tinylm.tokenizer.chat_format import ChatFormat
+from tinylm.tokenizer.chat_tokens import END_OF_TURN
 from tinylm.tokenizer.load import load_tokenizer
 
 EOT_CANDIDATES = ("<|endoftext|>", "<|eot|>", "</s>", "<eos>")
@@ -80,8 +83,20 @@ def write_hf_tokenizer(source: Path, folder: Path, context_length: int, eot_id: 
     if chat_template is not None:
         config["extra_special_tokens"] = template_special_tokens(source, chat_template, eot)
         config["chat_template"] = chat_template
+        if END_OF_TURN in config["extra_special_tokens"]:
+            config["eos_token"] = END_OF_TURN  # what ends a reply; BOS and padding stay end-of-text
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return eot_id
+
+
+def end_token_ids(source: Path, eot_id: int, chat_template: str | None) -> int | list[int]:
+    """The ids that end a generation: end-of-text, and for a chat model end-of-turn too (end-of-text first).
+
+    A chat model ends its reply with <|end|> and may never write end-of-text: with EOT alone,
+    `generate` (and vLLM, SGLang) would run on through the turns that follow, to the length limit.
+    """
+    end_id = _load(source).token_to_id(END_OF_TURN) if chat_template and END_OF_TURN in chat_template else None
+    return eot_id if end_id is None else [eot_id, end_id]
 
 
 def hf_eot_id(hf_dir: Path) -> int | None:
@@ -95,3 +110,20 @@ def hf_eot_id(hf_dir: Path) -> int | None:
             if isinstance(value, int):
                 return value
     return None
+
+
+def tinylm_chat_template(hf_dir: Path) -> str | None:
+    """The chat template of `hf_dir` when it is tinylm's own for its tokenizer (a chat export), else None.
+
+    Import keeps it, so the imported run is a chat model again. Another format's template is not
+    kept: tinylm renders only its own, and taking a foreign one for it would prompt the model wrongly.
+    """
+    config_file, tokenizer_file = hf_dir / "tokenizer_config.json", hf_dir / "tokenizer.json"
+    if not config_file.is_file() or not tokenizer_file.is_file():
+        return None
+    try:
+        template = json.loads(config_file.read_text(encoding="utf-8")).get("chat_template")
+        ours = ChatFormat.from_tokenizer(load_tokenizer(tokenizer_file)).jinja_template()
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, TinyLMError):
+        return None  # no readable template, or a tokenizer without the chat tokens: a base model
+    return template if template == ours else None

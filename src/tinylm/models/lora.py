@@ -216,12 +216,30 @@ def _replace(model: nn.Module, name: str, new: nn.Module) -> None:
     setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
 
 
+def check_rank(model: nn.Module, names: list[str], cfg: LoraConfig) -> None:
+    """Refuse a rank above the narrowest targeted projection's min(in, out): B A has that rank at most there, so
+    the rest adds parameters (rank x (in + out) each) and no capacity, and a typo'd rank would build gigabytes.
+
+    The projections (q, k, v, o, gate, up, down) set the limit; the routers and gates all-linear also adapts
+    (a shared expert's gate is n_embed -> 1) do not, or all-linear could not take any rank above 1 on them.
+    """
+    projections = set(target_layer_names(model, LoraConfig(cfg.rank))) if cfg.targets == ALL_LINEAR else set(names)
+    layers = [(name, model.get_submodule(name)) for name in names if name in projections] or \
+        [(name, model.get_submodule(name)) for name in names]
+    name, layer = min(layers, key=lambda item: min(item[1].in_features, item[1].out_features))
+    limit = min(layer.in_features, layer.out_features)
+    if cfg.rank > limit:
+        raise TinyLMError(f"LoRA rank {cfg.rank} exceeds {limit}, the smallest min(in, out) of the targeted layers "
+                          f"({name}: {layer.in_features} -> {layer.out_features}): choose a rank of at most {limit}")
+
+
 def apply_lora(model: nn.Module, cfg: LoraConfig) -> list[str]:
     """Wrap the target layers in `LoRALinear` (in place), freeze everything else; return the wrapped names."""
     cfg.validate()
     if has_lora(model):
         raise TinyLMError("this model already has LoRA adapters: merge them (merge_lora) before adding new ones")
     names = target_layer_names(model, cfg)
+    check_rank(model, names, cfg)  # before anything is allocated: a typo'd rank would build gigabytes
     for p in model.parameters():
         p.requires_grad_(False)
     for name in names:

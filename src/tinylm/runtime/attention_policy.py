@@ -5,10 +5,12 @@ plain matrix products over blocks of queries (`models/modern/blockwise_attention
 or beat them in float32: the answer depends on the CPU, the head shape, the sequence length and the
 dtype. `auto` therefore times the model's own attention layer (projections, RoPE, attention, forward
 and backward) at the run's shape and dtype with each kernel, alternating, and takes the blockwise
-kernel only when its best pass beats SDPA's by `BLOCKWISE_MARGIN`. The result is cached per machine
-and shape (`runtime/measure_cache.py`), so it is paid once. The timing is eager: compiled, the blockwise
-kernel's mask, softmax and casts fuse into one loop and it gained more than SDPA in every shape
-measured (docs/pipeline/precision.md), so an eager win carries over.
+kernel only when its best pass beats SDPA's by `BLOCKWISE_MARGIN`, and by more than the spread of the
+repeats (a close call keeps SDPA). The decision is cached per machine and shape, busy machine or
+not (`runtime/measure_cache.py`), so it is paid once and a second run of the command computes the
+same. The timing is eager: compiled, the blockwise kernel's mask, softmax and casts fuse into one
+loop and it gained more than SDPA in every shape measured (docs/pipeline/precision.md), so an eager
+win carries over.
 
 Both kernels compute the same function (tests/test_blockwise_attention.py): the choice moves float
 rounding, never the model. In bf16 that rounding is coarser with the blockwise kernel (its scores are
@@ -19,7 +21,6 @@ resumed run keeps the kernel it started with, so resume stays bit-exact.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -34,15 +35,23 @@ from tinylm.models.modern.rope import RotaryEmbedding
 from tinylm.runtime.agreed import decided_on_rank0
 from tinylm.runtime.choice import Choice
 from tinylm.runtime.device import autocast
-from tinylm.runtime.measure_cache import best_of_alternating, config_digest, load_numbers, store_entry
+from tinylm.runtime.measure_cache import (
+    best_of_alternating,
+    config_digest,
+    load_decision,
+    measured_now,
+    store_decision,
+    verdict,
+)
 from tinylm.runtime.precision import calibration_rows
 
 ATTENTION_MODES: tuple[str, ...] = ("auto", *ATTENTION_KERNELS)
 CACHE_KIND = "attention"
 BLOCKWISE_MARGIN = 1.05  # below this the two are a tie, and SDPA (one fused kernel, less memory) is kept
 CALIBRATION_TOKENS = 4096  # rows x seq_len of a calibration pass, at most
-CALIBRATION_REPEATS = 5
+CALIBRATION_REPEATS = 6  # pairs, budget allowing (never fewer than `measure_cache.MIN_PAIRS`)
 CALIBRATION_BUDGET_S = 3.0  # no new pair starts after this: a slow machine gets fewer repeats, not a long wait
+NUMBERS = ("sdpa_s", "blockwise_s", "ratio", "spread")  # what a cached decision was taken on
 
 
 @dataclass(frozen=True)
@@ -51,14 +60,16 @@ class AttentionTiming:
 
     sdpa_s: float
     blockwise_s: float
-    wall_s: float = 0.0  # what the measurement took (0 when it came from the cache)
-    cached: bool = False
-    kept: bool = True  # False: measured on a busy machine (or an unwritable home), not stored
+    wall_s: float = 0.0  # what the measurement took
+    spread: float = 0.0  # how far the ratio could move (`measure_cache.Alternated.spread`)
 
     @property
     def ratio(self) -> float:
         """> 1: the blockwise kernel is faster."""
         return self.sdpa_s / max(self.blockwise_s, 1e-12)
+
+    def numbers(self) -> dict[str, float]:
+        return {"sdpa_s": self.sdpa_s, "blockwise_s": self.blockwise_s, "ratio": self.ratio, "spread": self.spread}
 
 
 def has_blockwise_kernel(config: ModelConfig) -> bool:
@@ -96,46 +107,46 @@ def time_kernels(config: ModelConfig, rows: int, seq_len: int, dtype: torch.dtyp
         cos, sin = rope(torch.arange(seq_len, device=device), torch.float32, upto=seq_len)
         x = torch.randn(rows, seq_len, config.n_embed, device=device, requires_grad=True)
 
-        def timed(kernel: str) -> float:
+        def step(kernel: str) -> None:
             layer.kernel = kernel
-            start = time.perf_counter()
             with autocast(device, dtype):
                 y = layer(x, cos, sin, None, True)
             y.float().sum().backward()
             layer.zero_grad(set_to_none=True)
             x.grad = None
-            return time.perf_counter() - start
 
-        sdpa, blockwise = best_of_alternating(lambda: timed("sdpa"), lambda: timed("blockwise"), repeats,
-                                              CALIBRATION_BUDGET_S, began)
+        timing = best_of_alternating(lambda: step("sdpa"), lambda: step("blockwise"), repeats, CALIBRATION_BUDGET_S)
     finally:
         torch.set_rng_state(cpu_rng)
-    return AttentionTiming(sdpa, blockwise, time.perf_counter() - began)
+    return AttentionTiming(timing.first_s, timing.second_s, time.perf_counter() - began, timing.spread)
 
 
-def cached_timing(config: ModelConfig, batch_size: int, seq_len: int, dtype: torch.dtype,
-                  device: torch.device) -> AttentionTiming:
-    """The timing for this machine and shape: from the cache, or measured now and stored."""
+def decide(timing: AttentionTiming, dtype: torch.dtype) -> tuple[str, str]:
+    """Blockwise only where it beats SDPA by `BLOCKWISE_MARGIN` and by more than the spread; the reason, no "how"."""
+    ratio, spread, pays = timing.ratio, timing.spread, f"the {BLOCKWISE_MARGIN:.2f}x that pays"
+    found = verdict(ratio, spread, BLOCKWISE_MARGIN)
+    if found == "pays":
+        rounding = ", bf16 scores as in transformers' eager attention" if dtype == torch.bfloat16 else ""
+        return "blockwise", (f"blockwise causal{rounding}: the attention layer measured {ratio:.2f}x faster than "
+                             f"with SDPA, ±{spread:.2f}")
+    if found == "noise":
+        return "sdpa", (f"sdpa: the blockwise kernel measured {ratio:.2f}x of SDPA, within the noise (±{spread:.2f}) "
+                        f"of {pays}")
+    return "sdpa", f"sdpa: the blockwise kernel measured {ratio:.2f}x of SDPA, below {pays}"
+
+
+def decided_kernel(config: ModelConfig, batch_size: int, seq_len: int, dtype: torch.dtype,
+                   device: torch.device) -> Choice[str]:
+    """The cached decision for this machine and shape, or a measurement now, decided and kept either way."""
     rows = calibration_rows(batch_size, seq_len, CALIBRATION_TOKENS)
     key = attention_key(config, rows, seq_len, dtype)
-    stored = load_numbers(CACHE_KIND, key, ("sdpa_s", "blockwise_s"))
+    stored = load_decision(CACHE_KIND, key, NUMBERS, ATTENTION_KERNELS)
     if stored is not None:
-        return AttentionTiming(stored["sdpa_s"], stored["blockwise_s"], cached=True)
+        return Choice(CACHE_KIND, stored.value, f"{stored.reason} (cached)", stored.numbers, True)
     timing = time_kernels(config, rows, seq_len, dtype, device)
-    kept = store_entry(CACHE_KIND, key, {"sdpa_s": timing.sdpa_s, "blockwise_s": timing.blockwise_s})
-    return dataclasses.replace(timing, kept=kept)
-
-
-def decide(timing: AttentionTiming, dtype: torch.dtype) -> Choice[str]:
-    how = "cached" if timing.cached else f"measured now in {timing.wall_s:.1f} s{'' if timing.kept else ', not cached'}"
-    measured = {"sdpa_s": timing.sdpa_s, "blockwise_s": timing.blockwise_s, "ratio": timing.ratio}
-    if timing.ratio >= BLOCKWISE_MARGIN:
-        rounding = ", bf16 scores as in transformers' eager attention" if dtype == torch.bfloat16 else ""
-        return Choice(CACHE_KIND, "blockwise", f"blockwise causal{rounding}: the attention layer measured "
-                                               f"{timing.ratio:.2f}x faster than with SDPA ({how})",
-                      measured, timing.cached)
-    return Choice(CACHE_KIND, "sdpa", f"sdpa: the blockwise kernel measured {timing.ratio:.2f}x of SDPA, below the "
-                                      f"{BLOCKWISE_MARGIN:.2f}x that pays ({how})", measured, timing.cached)
+    kernel, reason = decide(timing, dtype)
+    kept = store_decision(CACHE_KIND, key, kernel, reason, timing.numbers())
+    return Choice(CACHE_KIND, kernel, f"{reason} ({measured_now(timing.wall_s, kept)})", timing.numbers())
 
 
 def choose_attention(requested: str, config: ModelConfig, batch_size: int, seq_len: int, dtype: torch.dtype,
@@ -159,4 +170,4 @@ def choose_attention(requested: str, config: ModelConfig, batch_size: int, seq_l
     if len(query_blocks(seq_len)) == 1:
         return Choice(CACHE_KIND, "sdpa", f"sdpa: rows of {seq_len} tokens are a single query block, with nothing "
                                           "above the diagonal to skip (not measured)")
-    return decided_on_rank0(lambda: decide(cached_timing(config, batch_size, seq_len, dtype, device), dtype))
+    return decided_on_rank0(lambda: decided_kernel(config, batch_size, seq_len, dtype, device))

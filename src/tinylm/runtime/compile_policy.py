@@ -9,17 +9,18 @@ blocks as it wraps eager ones.
 
 Compiling costs seconds to minutes of C++ code generation before the first step, and the gain per step
 depends on the CPU, the width and the dtype. `auto` therefore decides from measurements: a probe times a
-one-block copy of the model eager, then compiled (the first compiled call is the compile time), at the
-run's batch shape and dtype; the result is cached per machine and shape class. The probe itself is only
-worth running when the planned run is long (`PROBE_WORTH_S`); a short run without a cached measurement
-stays eager and says so.
+one-block copy of the model eager, then compiles it (the first compiled call is the compile time) and
+times compiled and eager steps alternating, at the run's batch shape and dtype; a gain within the
+spread of those repeats is no gain (eager, the safe default). The probe is cached per machine and
+shape class, busy machine or not, and so is the eager estimate a short run decides on, so a second
+run of the command decides the same. The probe itself is only worth running when the planned run is
+long (`PROBE_WORTH_S`); a short run without a cached measurement stays eager and says so.
 """
 
 from __future__ import annotations
 
 import shutil
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
@@ -34,13 +35,14 @@ from tinylm.runtime.agreed import decided_on_rank0
 from tinylm.runtime.attention_policy import use_attention_kernel
 from tinylm.runtime.choice import Choice
 from tinylm.runtime.device import autocast
-from tinylm.runtime.measure_cache import config_digest, load_numbers, store_entry
+from tinylm.runtime.measure_cache import best_of_alternating, clock, config_digest, load_numbers, store_entry
 
 CACHE_KIND = "compile"
 COMPILE_MODES: tuple[str, ...] = ("auto", "on", "off")
 PROBE_WORTH_S = 600.0  # a run shorter than this (eager estimate) never pays for a first compile probe
 PAYBACK_MARGIN = 1.2  # the time saved must exceed the compile time by this factor
 PROBE_STEPS = 3
+PROBE_BUDGET_S = 20.0  # for the alternating compiled/eager pairs, past the first `measure_cache.MIN_PAIRS`
 
 
 @dataclass(frozen=True)
@@ -50,10 +52,17 @@ class CompileMeasurement:
     compile_s: float
     eager_s: float
     compiled_s: float
+    spread: float = 0.0  # of the speedup eager_s / compiled_s (`measure_cache.Alternated.spread`)
+
+    @property
+    def speedup(self) -> float:
+        return self.eager_s / max(self.compiled_s, 1e-12)
 
     @property
     def saved_per_block_s(self) -> float:
-        return self.eager_s - self.compiled_s
+        """Seconds a compiled block saves per step at the low end of the measured speedup (0: none for sure)."""
+        low = self.speedup - self.spread
+        return self.eager_s * (1 - 1 / low) if low > 1 else 0.0
 
 
 def have_compiler() -> bool:
@@ -107,12 +116,16 @@ def measure_compile(config: ModelConfig, batch_size: int, seq_len: int, dtype: t
         x = torch.randint(0, config.vocab_size, (batch_size, seq_len), device=device)
 
         def step() -> float:
-            start = time.perf_counter()
+            start = clock()
             with autocast(device, dtype):
                 _, loss = model(x, x, return_logits=False)
             loss.backward()
             model.zero_grad(set_to_none=True)
-            return time.perf_counter() - start
+            return clock() - start
+
+        def eager_step() -> None:
+            with eager_blocks():
+                step()
 
         step()
         eager = min(step() for _ in range(PROBE_STEPS))
@@ -120,14 +133,16 @@ def measure_compile(config: ModelConfig, batch_size: int, seq_len: int, dtype: t
             return CompileMeasurement(0.0, eager, eager)
         compile_blocks(model)
         first = step()
-        fast = min(step() for _ in range(PROBE_STEPS))
+        timing = best_of_alternating(eager_step, step, PROBE_STEPS, PROBE_BUDGET_S)
     finally:
         torch.set_rng_state(cpu_rng)
-    return CompileMeasurement(max(0.0, first - fast), eager, fast)
+    return CompileMeasurement(max(0.0, first - timing.second_s), timing.first_s, timing.second_s,
+                              timing.spread)
 
 
 def cached_measurement(key: str) -> CompileMeasurement | None:
-    stored = load_numbers(CACHE_KIND, key, ("compile_s", "eager_s", "compiled_s"))
+    """A full probe for `key` (an entry without its spread was written before it was kept: probe again)."""
+    stored = load_numbers(CACHE_KIND, key, ("compile_s", "eager_s", "compiled_s", "spread"))
     return None if stored is None else CompileMeasurement(**stored)
 
 
@@ -135,17 +150,40 @@ def record_measurement(key: str, measurement: CompileMeasurement) -> None:
     store_entry(CACHE_KIND, key, asdict(measurement))
 
 
+def eager_estimate(key: str, measure: Callable[[], CompileMeasurement]) -> float:
+    """Eager seconds of a one-block step: the cached full probe's, the cached eager probe's, or measured and kept.
+
+    Kept because a short run decides on it: measured anew, a run near `PROBE_WORTH_S` could probe one
+    time and not the next.
+    """
+    full = cached_measurement(key)
+    if full is not None:
+        return full.eager_s
+    stored = load_numbers(CACHE_KIND, f"{key} eager", ("eager_s",))
+    if stored is not None:
+        return stored["eager_s"]
+    eager_s = measure().eager_s
+    store_entry(CACHE_KIND, f"{key} eager", {"eager_s": eager_s})
+    return eager_s
+
+
 def decide(measurement: CompileMeasurement, planned_steps: int, n_blocks: int, cached: bool) -> Choice[bool]:
-    """Compile iff the planned steps save more time than the compile costs (with a margin)."""
+    """Compile iff the planned steps save more time than the compile costs (with a margin).
+
+    The time saved is counted at the low end of the measured speedup: a gain the noise could erase is none.
+    """
     saved_per_step = measurement.saved_per_block_s * n_blocks
     source = "cached" if cached else "probed now"
-    speedup = measurement.eager_s / max(measurement.compiled_s, 1e-12)
+    speedup, spread = measurement.speedup, measurement.spread
     measured = asdict(measurement)
-    if saved_per_step <= 0:
+    if speedup <= 1:
         return Choice(CACHE_KIND, False, f"eager: a compiled one-block step measured {speedup:.2f}x of eager, "
                                          f"no gain ({source})", measured, cached)
+    if saved_per_step <= 0:
+        return Choice(CACHE_KIND, False, f"eager: a compiled one-block step measured {speedup:.2f}x of eager, "
+                                         f"within the noise (±{spread:.2f}): no sure gain ({source})", measured, cached)
     payback = measurement.compile_s * PAYBACK_MARGIN / saved_per_step
-    what = (f"compile {measurement.compile_s:.0f} s, one-block step {speedup:.2f}x faster, "
+    what = (f"compile {measurement.compile_s:.0f} s, one-block step {speedup:.2f}x faster (±{spread:.2f}), "
             f"pays back after {payback:,.0f} steps")
     if planned_steps >= payback:
         return Choice(CACHE_KIND, True, f"compile per block: {what}; the run plans {planned_steps:,} ({source})",
@@ -184,16 +222,15 @@ def _plan_auto(planned_steps: int, est_step_s: float | None, time_budget_s: floa
     key = compile_key(model_config, batch_size, seq_len, dtype, attention)
     found = cached_measurement(key)
     if est_step_s is None:
-        probe = found or measure_compile(model_config, batch_size, seq_len, dtype, device, compiled=False,
-                                         attention=attention)
-        est_step_s = probe.eager_s * model_config.n_blocks
+        est_step_s = model_config.n_blocks * eager_estimate(key, lambda: measure_compile(
+            model_config, batch_size, seq_len, dtype, device, compiled=False, attention=attention))
     if time_budget_s is not None:
         planned_steps = min(planned_steps, max(1, int(time_budget_s / max(est_step_s, 1e-9))))
     if found is not None:
         return decide(found, planned_steps, model_config.n_blocks, cached=True)
     if planned_steps * est_step_s < PROBE_WORTH_S:
         return Choice(CACHE_KIND, False, f"eager: the run (~{planned_steps * est_step_s / 60:.0f} min eager) is too "
-                                         "short to pay for a first compile probe; no measurement cached for this "
+                                         "short to pay for a first compile probe; no compile probe cached for this "
                                          "shape", {"eager_step_s": est_step_s})
     measured = measure_compile(model_config, batch_size, seq_len, dtype, device, attention=attention)
     record_measurement(key, measured)

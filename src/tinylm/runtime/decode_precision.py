@@ -5,9 +5,10 @@ the bytes. On a GPU with bf16 that is always a win. On a CPU it depends: the wei
 sit in cache, where the casts and bf16 kernels can cost more than the bytes saved, and only CPUs with
 native bf16 dot products (AMX-BF16, AVX512-BF16, Arm BF16) have fast bf16 kernels at all. So on a CPU
 the two are measured: greedy cached decoding of this model with fp32 and with bf16 weights,
-alternating, best of a few; bf16 is kept only if it is `DECODE_MARGIN` faster. The result is cached
-per machine and model shape. Models small enough to stay in cache are not measured: they are bound
-by per-token overhead, which bf16 does not shrink.
+alternating, best of a few; bf16 is kept only if it is `DECODE_MARGIN` faster by more than the
+spread of the repeats (a close call stays fp32). The decision is cached per machine and model shape,
+busy machine or not, so a second run decodes as the first did. Models small enough to stay in cache
+are not measured: they are bound by per-token overhead, which bf16 does not shrink.
 
 An int8 model (`int8.quantize_int8`) goes through the same measurement for its activations: with
 bf16 activations its products run in torch's weight-only int8 kernel, in float32 they dequantize on
@@ -26,9 +27,17 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from tinylm.runtime.choice import Choice
+from tinylm.runtime.choice import Choice, plain
 from tinylm.runtime.device import supports_bf16
-from tinylm.runtime.measure_cache import config_digest, load_numbers, store_entry
+from tinylm.runtime.measure_cache import (
+    Alternated,
+    clock,
+    config_digest,
+    load_decision,
+    measured_now,
+    store_decision,
+    verdict,
+)
 from tinylm.runtime.precision import native_bf16
 
 CACHE_KIND = "decode_precision"
@@ -37,8 +46,10 @@ DECODE_MARGIN = 1.1
 # of fp32 on an AVX512-BF16 CPU while `small` (56 MiB) measured 1.9x; smaller models are not measured
 MIN_MEASURED_BYTES = 2 * 2**20
 
-# (fp32 model, bf16 copy) -> fp32 seconds / bf16 seconds of the same decode
-DecodeRatio = Callable[[nn.Module, nn.Module], float]
+NUMBERS = ("ratio", "spread")  # what a cached decision was taken on
+
+# (fp32 model, bf16 copy) -> best fp32 and bf16 seconds of the same decode (`measure_cache.best_of_alternating`)
+DecodeRatio = Callable[[nn.Module, nn.Module], Alternated]
 
 
 def decode_key(config: object, int8: bool = False) -> str:
@@ -71,21 +82,31 @@ def cast_for_decoding(model: nn.Module, device: torch.device, measure_ratio: Dec
         return model, _chosen(torch.float32, f"{fp32}: {weight_bytes / 2**20:.1f} MiB of weights stay in cache, "
                                              f"where decoding is bound by per-token overhead, not bytes")
     key = decode_key(model.config, int8)  # type: ignore[union-attr]
-    stored = load_numbers(CACHE_KIND, key, ("ratio",))
-    bf16_model = None
+    stored = load_decision(CACHE_KIND, key, NUMBERS, ("float32", "bfloat16"))
     if stored is not None:
-        ratio, how = stored["ratio"], "cached"
-    else:
-        bf16_model = copy.deepcopy(model).to(torch.bfloat16)
-        ratio, how = measure_ratio(model, bf16_model), "measured now"
-        store_entry(CACHE_KIND, key, {"ratio": ratio})
-    measured = {"ratio": ratio}
-    if ratio >= DECODE_MARGIN:
-        chosen = bf16_model if bf16_model is not None else model.to(torch.bfloat16)
-        return chosen, _chosen(torch.bfloat16, f"{bf16}: {feature}, decoding measured {ratio:.2f}x faster than fp32 "
-                                               f"({how})", measured, stored is not None)
-    return model, _chosen(torch.float32, f"{fp32}: bf16 decoding measured {ratio:.2f}x of fp32 on this {feature} CPU "
-                                         f"({how})", measured, stored is not None)
+        dtype = getattr(torch, stored.value)
+        chosen = model.to(torch.bfloat16) if dtype == torch.bfloat16 else model
+        return chosen, _chosen(dtype, f"{stored.reason} (cached)", stored.numbers, True)
+    bf16_model = copy.deepcopy(model).to(torch.bfloat16)
+    began = clock()
+    timing = measure_ratio(model, bf16_model)
+    measured = {"ratio": timing.ratio, "spread": timing.spread}
+    dtype, reason = decide(timing, feature, bf16, fp32)
+    kept = store_decision(CACHE_KIND, key, plain(dtype), reason, measured)
+    how = measured_now(clock() - began, kept)
+    return (bf16_model if dtype == torch.bfloat16 else model), _chosen(dtype, f"{reason} ({how})", measured)
+
+
+def decide(timing: Alternated, feature: str, bf16: str, fp32: str) -> tuple[torch.dtype, str]:
+    """bf16 only where decoding clears `DECODE_MARGIN` by more than its spread; the reason without "how"."""
+    ratio, spread = timing.ratio, timing.spread
+    found = verdict(ratio, spread, DECODE_MARGIN)
+    if found == "pays":
+        return torch.bfloat16, f"{bf16}: {feature}, decoding measured {ratio:.2f}x faster than fp32, ±{spread:.2f}"
+    measured = f"{fp32}: bf16 decoding measured {ratio:.2f}x of fp32 on this {feature} CPU"
+    if found == "noise":
+        return torch.float32, f"{measured}, within the noise (±{spread:.2f}) of the {DECODE_MARGIN:.2f}x that pays"
+    return torch.float32, measured
 
 
 def _chosen(dtype: torch.dtype, reason: str, measured: dict[str, float] | None = None,

@@ -4,10 +4,14 @@ A policy that decides by measuring (bf16 or fp32, compile or not) must not pay f
 every run, yet must measure again on another machine: the CPU can change from one session to the next
 while the home folder stays. So every entry is keyed by the machine (`machine_key`: CPU model, its
 flags, the thread count, the torch version) and by what was measured. A cache that cannot be read or
-written never stops a run: it is only a shortcut, and the measurement is simply taken again. A
-measurement taken while other work keeps every core busy is used for this run but not kept: under
-heavy load bf16 and fp32 passes can come out in any order, and a cached wrong answer would outlive
-the load.
+written never stops a run: it is only a shortcut, and the measurement is simply taken again.
+
+A decision is taken once per machine and shape and kept, busy machine or not: measuring again on
+every busy run costs seconds each time and may decide differently, and two runs of one command must
+compute the same thing. What makes a busy machine's decision safe to keep is the rule, not the
+moment: `best_of_alternating` reports how far its ratio could move (`Alternated.spread`), and a
+ratio that does not clear its threshold by more than that is "too close to call", decided (and
+kept) as the safe default (`verdict`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import platform
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,19 +66,69 @@ def machine_key() -> str:
     return f"{cpu_model_name()} | flags {digest} | {torch.get_num_threads()} threads | torch {torch.__version__}"
 
 
-def best_of_alternating(first: Callable[[], float], second: Callable[[], float], repeats: int, budget_s: float,
-                        began: float) -> tuple[float, float]:
-    """Best seconds of each of two timed passes, run in turn after one warm-up of each.
+MIN_PAIRS = 3  # a budget never cuts below this: one burst of load must not be the only evidence
+
+
+def clock() -> float:
+    """The timer every measurement reads, looked up at each call so a test can make it noisy."""
+    return time.perf_counter()
+
+
+@dataclass(frozen=True)
+class Alternated:
+    """Best seconds of two passes timed in turn; `ratio` > 1 means the second is faster.
+
+    `spread` is twice how far the ratio moves when either side's second-best pass stands in for its
+    best. Two clean passes of each side agree and keep it small; load that reached the best passes
+    widens it. Twice: the gap to the second-best is one draw of the noise, and the best pass itself
+    is off from the machine's true speed by about as much again.
+    """
+
+    first_s: float
+    second_s: float
+    spread: float = 0.0
+
+    @property
+    def ratio(self) -> float:
+        return self.first_s / max(self.second_s, 1e-12)
+
+
+def best_of_alternating(first: Callable[[], object], second: Callable[[], object], repeats: int,
+                        budget_s: float) -> Alternated:
+    """Time `first` and `second` in turn, after one warm-up of each: the best of each and the ratio's spread.
 
     Best, not median: load from other processes only ever slows a pass down, so the fastest pass is
     the closest to what the machine can do, and alternating makes a burst of load slow both alike.
-    No new pair starts once `budget_s` has passed since `began` (a slow machine gets fewer repeats).
+    At least two pairs (a spread needs a second-best), `MIN_PAIRS` whatever the budget; past that no
+    new pair starts once `budget_s` has passed (a slow machine gets fewer repeats, not a long wait).
     """
+
+    def timed(run: Callable[[], object]) -> float:
+        start = clock()
+        run()
+        return clock() - start
+
+    wanted = max(2, repeats)
+    floor = min(MIN_PAIRS, wanted)
     first(), second()  # warm-up: allocator, kernel selection, thread pool
-    pairs = [(first(), second())]
-    while len(pairs) < repeats and time.perf_counter() - began < budget_s:
-        pairs.append((first(), second()))
-    return min(a for a, _ in pairs), min(b for _, b in pairs)
+    began = clock()
+    pairs: list[tuple[float, float]] = []
+    while len(pairs) < wanted and (len(pairs) < floor or clock() - began < budget_s):
+        pairs.append((timed(first), timed(second)))
+    a = sorted(max(t, 1e-12) for t, _ in pairs)
+    b = sorted(max(t, 1e-12) for _, t in pairs)
+    ratio = a[0] / b[0]
+    return Alternated(a[0], b[0], 2 * max(ratio - a[0] / b[1], a[1] / b[0] - ratio))
+
+
+def verdict(ratio: float, spread: float, margin: float) -> str:
+    """How `ratio` stands to `margin`: "pays" (clear of it by more than the spread), "noise" or "below".
+
+    Only "pays" leaves the safe default: a decision the noise could flip would not be reproducible.
+    """
+    if ratio - spread > margin:
+        return "pays"
+    return "noise" if ratio + spread >= margin else "below"
 
 
 def config_digest(config: Any, exclude: tuple[str, ...] = ()) -> str:
@@ -83,7 +138,10 @@ def config_digest(config: Any, exclude: tuple[str, ...] = ()) -> str:
 
 
 def machine_busy() -> bool:
-    """More runnable work than cores over the last minute (Unix load average; never busy where unknown)."""
+    """More runnable work than cores over the last minute (Unix load average; never busy where unknown).
+
+    Said in a measured choice's reason, next to what the measurement took; it no longer stops caching.
+    """
     try:
         return os.getloadavg()[0] > (os.cpu_count() or 1)
     except (AttributeError, OSError):
@@ -102,20 +160,56 @@ def load_entry(kind: str, key: str) -> dict[str, Any] | None:
 
 def load_numbers(kind: str, key: str, names: tuple[str, ...]) -> dict[str, float] | None:
     """The stored entry's `names` as floats, or None (absent, or written by another version: measure again)."""
-    entry = load_entry(kind, key)
+    return _numbers(load_entry(kind, key), names)
+
+
+def _numbers(entry: dict[str, Any] | None, names: tuple[str, ...]) -> dict[str, float] | None:
     try:
         return None if entry is None else {name: float(entry[name]) for name in names}
     except (KeyError, TypeError, ValueError):
         return None
 
 
+@dataclass(frozen=True)
+class Decided:
+    """A decision read back from the cache: the value's name, its reason, the numbers it was taken on."""
+
+    value: str
+    reason: str
+    numbers: dict[str, float]
+
+
+def load_decision(kind: str, key: str, names: tuple[str, ...], values: tuple[str, ...]) -> Decided | None:
+    """The decision stored for `key` on this machine, or None (absent, another version's, or a value not in `values`).
+
+    The stored value is what the run takes, not a re-decision from the numbers: decided once, kept.
+    """
+    entry = load_entry(kind, key)
+    numbers = _numbers(entry, names)
+    if entry is None or numbers is None:
+        return None
+    value, reason = entry.get("value"), entry.get("reason")
+    if value not in values or not isinstance(reason, str):
+        return None
+    return Decided(value, reason, numbers)
+
+
+def measured_now(wall_s: float, kept: bool) -> str:
+    """The end of a fresh decision's reason: what the measurement took, on what machine, whether it was kept."""
+    busy = ", machine busy" if machine_busy() else ""
+    return f"measured now in {wall_s:.1f} s{busy}{'' if kept else ', not cached'}"
+
+
+def store_decision(kind: str, key: str, value: str, reason: str, numbers: dict[str, float]) -> bool:
+    """Keep a decision with its reason (without "measured now in ...") and its numbers; False if not written."""
+    return store_entry(kind, key, {"value": value, "reason": reason, **numbers})
+
+
 def store_entry(kind: str, key: str, value: dict[str, Any]) -> bool:
     """Record a measurement, stamped with its time, atomically (a reader never sees half a file).
 
-    Returns False if it was not kept (a busy machine, an unwritable home).
+    Kept busy machine or not (the module's docstring says why); returns False if the home is unwritable.
     """
-    if machine_busy():
-        return False
     path = cache_file(kind)
     try:
         entries = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}

@@ -7,13 +7,14 @@ fp32, and at small widths those casts can eat the matmul gain. The CPU can also 
 to the next. So the choice is measured, not assumed: a short calibration times forward + backward of a
 one-block copy of the model at the run's own widths, sequence length and threads, fp32 and bf16
 alternating (a burst of load on a shared machine slows both alike), and bf16 is chosen only if the
-ratio of the best passes clears `BF16_MARGIN`. The result is cached per machine and shape class, so it is paid once.
+ratio of the best passes clears `BF16_MARGIN` by more than its spread (`measure_cache.verdict`): a
+close call stays fp32. The decision is cached per machine and shape class, busy machine or not, so it
+is paid once and every later run of the command computes the same thing.
 GPUs keep the datasheet policy of `device.resolve_dtype` (bf16 where supported).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -21,18 +22,27 @@ from typing import TYPE_CHECKING
 from tinylm.config import ModelConfig
 from tinylm.models.factory import build_model
 from tinylm.runtime.agreed import decided_on_rank0
-from tinylm.runtime.choice import Choice
+from tinylm.runtime.choice import Choice, plain
 from tinylm.runtime.device import DTYPES, resolve_dtype
-from tinylm.runtime.measure_cache import best_of_alternating, config_digest, cpu_info, load_numbers, store_entry
+from tinylm.runtime.measure_cache import (
+    best_of_alternating,
+    config_digest,
+    cpu_info,
+    load_decision,
+    measured_now,
+    store_decision,
+    verdict,
+)
 
 if TYPE_CHECKING:
     import torch
 
 BF16_MARGIN = 1.15  # below this, the noise of autocast (and of the measurement) is not worth it
 CALIBRATION_TOKENS = 2048  # rows per calibration pass: the run's widths, at most this many tokens
-CALIBRATION_REPEATS = 4
+CALIBRATION_REPEATS = 6  # pairs, budget allowing (never fewer than `measure_cache.MIN_PAIRS`)
 CALIBRATION_BUDGET_S = 4.0  # no new pair starts after this: a slow machine gets fewer repeats, not a long wait
 CACHE_KIND = "precision"
+NUMBERS = ("fp32_s", "bf16_s", "ratio", "spread")  # what a cached decision was taken on
 
 # /proc/cpuinfo flag -> the name printed in the run header; the first one present wins
 NATIVE_BF16_FLAGS: tuple[tuple[str, str], ...] = (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"),
@@ -46,9 +56,11 @@ class Calibration:
     fp32_s: float
     bf16_s: float
     ratio: float
-    wall_s: float = 0.0  # what the calibration itself took (0 when it came from the cache)
-    cached: bool = False
-    kept: bool = True  # False: measured on a busy machine (or an unwritable home), not stored
+    wall_s: float = 0.0  # what the calibration itself took
+    spread: float = 0.0  # how far the ratio could move (`measure_cache.Alternated.spread`)
+
+    def numbers(self) -> dict[str, float]:
+        return {"fp32_s": self.fp32_s, "bf16_s": self.bf16_s, "ratio": self.ratio, "spread": self.spread}
 
 
 def native_bf16(flags: str | None = None) -> str | None:
@@ -89,53 +101,50 @@ def calibrate(config: ModelConfig, rows: int, seq_len: int, repeats: int = CALIB
         tokens = torch.randint(0, config.vocab_size, (rows, seq_len + 1))
         x, y = tokens[:, :-1], tokens[:, 1:]
 
-        def timed(dtype: torch.dtype) -> float:
-            start = time.perf_counter()
+        def step(dtype: torch.dtype) -> None:
             with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
                 _, loss = model(x, y, return_logits=False)
             loss.backward()
             model.zero_grad(set_to_none=True)
-            return time.perf_counter() - start
 
-        fp32, bf16 = best_of_alternating(lambda: timed(torch.float32), lambda: timed(torch.bfloat16), repeats,
-                                         CALIBRATION_BUDGET_S, began)
+        timing = best_of_alternating(lambda: step(torch.float32), lambda: step(torch.bfloat16), repeats,
+                                     CALIBRATION_BUDGET_S)
     finally:
         torch.set_rng_state(cpu_rng)
-    return Calibration(fp32, bf16, fp32 / bf16, time.perf_counter() - began)
+    return Calibration(timing.first_s, timing.second_s, timing.ratio, time.perf_counter() - began, timing.spread)
 
 
-def cached_calibration(config: ModelConfig, batch_size: int, seq_len: int) -> Calibration:
-    """The calibration for this machine and shape class: from the cache, or measured now and stored."""
-    rows = calibration_rows(batch_size, seq_len)
-    key = shape_class(config, rows, seq_len)
-    stored = load_numbers(CACHE_KIND, key, ("fp32_s", "bf16_s", "ratio"))
-    if stored is not None:
-        return Calibration(stored["fp32_s"], stored["bf16_s"], stored["ratio"], cached=True)
-    result = calibrate(config, rows, seq_len)
-    kept = store_entry(CACHE_KIND, key, {"fp32_s": result.fp32_s, "bf16_s": result.bf16_s, "ratio": result.ratio})
-    return dataclasses.replace(result, kept=kept)
+def decide(cal: Calibration, feature: str) -> tuple[torch.dtype, str]:
+    """bf16 only where the calibration clears `BF16_MARGIN` by more than its spread; the reason without "how"."""
+    import torch
+
+    ratio, spread, pays = cal.ratio, cal.spread, f"the {BF16_MARGIN:.2f}x that pays"
+    found = verdict(ratio, spread, BF16_MARGIN)
+    if found == "pays":
+        return torch.bfloat16, f"bf16 autocast: {feature}, calibration {ratio:.2f}x faster than fp32, ±{spread:.2f}"
+    if found == "noise":
+        return torch.float32, (f"fp32: {feature} present, bf16 autocast measured {ratio:.2f}x of fp32, within the "
+                               f"noise (±{spread:.2f}) of {pays}")
+    return torch.float32, f"fp32: {feature} present but bf16 autocast calibrated {ratio:.2f}x of fp32, below {pays}"
 
 
 def choose_cpu_precision(config: ModelConfig, batch_size: int, seq_len: int) -> Choice[torch.dtype]:
+    """The cached decision for this machine and shape class, or a calibration now, decided and kept either way."""
     import torch
 
     feature = native_bf16()
     if feature is None:
         return Choice(CACHE_KIND, torch.float32, "fp32: this CPU has no native bf16 matmul (no AMX-BF16 or "
                                                  "AVX512-BF16)")
-    cal = cached_calibration(config, batch_size, seq_len)
-    how = "cached" if cal.cached else f"measured now in {cal.wall_s:.1f} s{'' if cal.kept else ', not cached'}"
-    if cal.ratio >= BF16_MARGIN:
-        return calibrated(torch.bfloat16, f"bf16 autocast: {feature}, calibration {cal.ratio:.2f}x faster than fp32 "
-                                          f"({how})", cal)
-    return calibrated(torch.float32, f"fp32: {feature} present but bf16 autocast calibrated {cal.ratio:.2f}x of fp32, "
-                                     f"below the {BF16_MARGIN:.2f}x that pays ({how})", cal)
-
-
-def calibrated(dtype: torch.dtype, reason: str, cal: Calibration) -> Choice[torch.dtype]:
-    """A choice decided on `cal`, which it keeps in `measured` for the run's record."""
-    measured = {"fp32_s": cal.fp32_s, "bf16_s": cal.bf16_s, "ratio": cal.ratio}
-    return Choice(CACHE_KIND, dtype, reason, measured, cal.cached)
+    rows = calibration_rows(batch_size, seq_len)
+    key = shape_class(config, rows, seq_len)
+    stored = load_decision(CACHE_KIND, key, NUMBERS, ("float32", "bfloat16"))
+    if stored is not None:
+        return Choice(CACHE_KIND, getattr(torch, stored.value), f"{stored.reason} (cached)", stored.numbers, True)
+    cal = calibrate(config, rows, seq_len)
+    dtype, reason = decide(cal, feature)
+    kept = store_decision(CACHE_KIND, key, plain(dtype), reason, cal.numbers())
+    return Choice(CACHE_KIND, dtype, f"{reason} ({measured_now(cal.wall_s, kept)})", cal.numbers())
 
 
 def choose_precision(device: torch.device, requested: str, model_config: ModelConfig, batch_size: int,

@@ -4,7 +4,9 @@ A request with several prompts or `n > 1` becomes several scheduler jobs; their 
 through one asyncio queue (the scheduler thread hands them over through the loop's mailbox), and
 `deltas()` yields, in arrival order, each choice's new text with the tokens that made it, then its
 ending. Text passes `TextStream` (whole characters only) and `StopStrings` (a stop string is cut and
-ends that choice). Leaving `deltas()` early (a client that went away) cancels every unfinished job.
+ends that choice). A special token is never text: a role marker a chat model writes is counted and
+has its log-prob, but "<|system|>" never appears in a reply. Leaving `deltas()` early (a client that
+went away) cancels every unfinished job.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class Choice:
 class Generation:
     def __init__(self, scheduler: Scheduler, tokenizer: Any, jobs: list[Job], stops: list[str]) -> None:
         self.scheduler, self.tokenizer = scheduler, tokenizer
+        self.special_ids = frozenset(getattr(tokenizer, "special_tokens", {}).values())
         self.queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue()
         mailbox = mailbox_of(asyncio.get_running_loop())
         self.choices = []
@@ -103,6 +106,8 @@ class Generation:
         choice.offsets.append(choice.chars)
         if event.stop:
             return None  # no text; the ending that follows carries it out with the log-probs
+        if event.id in self.special_ids:
+            return None  # markup, not text: it leaves with the next text's tokens
         piece = choice.stream.push(event.id)
         choice.chars += len(piece)
         text = choice.stops.push(piece)

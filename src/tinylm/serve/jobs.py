@@ -29,9 +29,7 @@ def completion_jobs(served: ServedModel, body: CompletionRequest) -> tuple[list[
     max_tokens = DEFAULT_COMPLETION_TOKENS if body.max_tokens is None else body.max_tokens
     if max_tokens > 0:
         check_room(served, prompts)
-    eot = served.tokenizer.eot_id
-    stops = frozenset(() if eot is None else (eot,))
-    jobs = [_job(body, ids, max_tokens, index % body.n, stops, body.logprobs,
+    jobs = [_job(body, ids, max_tokens, index % body.n, served.completion_stop_ids, body.logprobs,
                  prompt_logprobs=body.echo and body.logprobs is not None) for index, ids in enumerate(prompts)]
     return jobs, prompts
 
@@ -43,8 +41,9 @@ def chat_jobs(served: ServedModel, body: ChatCompletionRequest) -> tuple[list[Jo
         raise APIError(400, f"this model cannot chat: {served.chat_problem}", "messages")
     if not body.messages:
         raise APIError(400, "messages must hold at least one message", "messages")
+    messages = [{"role": m.role, "content": m.text(number)} for number, m in enumerate(body.messages, 1)]
     try:
-        ids = served.chat_format.prompt_ids([m.model_dump() for m in body.messages])
+        ids = served.chat_format.prompt_ids(messages)
     except TinyLMError as exc:
         raise APIError(400, str(exc), "messages") from None
     check_length(served, ids, "messages")

@@ -61,9 +61,29 @@ class CompletionRequest(Sampling):
     logprobs: int | None = Field(default=None, ge=0, le=20)
 
 
+class ContentPart(BaseModel):
+    """One part of OpenAI's list-of-parts content; only text parts can be read by a text model."""
+
+    type: str
+    text: str | None = None
+
+
 class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant"]
-    content: str
+    content: str | list[ContentPart]
+
+    def text(self, number: int) -> str:
+        """The content as one string: text parts joined with newlines (as vLLM does); APIError for any other part."""
+        if isinstance(self.content, str):
+            return self.content
+        for index, part in enumerate(self.content, 1):
+            if part.type != "text":
+                raise APIError(400, f"message {number}: content part {index} is of type {part.type!r}; this model "
+                               "reads text parts only", "messages", "unsupported_content")
+            if part.text is None:
+                raise APIError(400, f"message {number}: content part {index} is a text part without 'text'",
+                               "messages")
+        return "\n".join(part.text or "" for part in self.content)
 
 
 class ChatCompletionRequest(Sampling):

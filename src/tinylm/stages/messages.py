@@ -1,17 +1,39 @@
 """A chat conversation as post-training reads it: a checked list of {"role", "content"} messages.
 
 SFT learns from whole conversations and preference pairs carry them as prompts and sides, so both
-check message lists here: known roles, string contents, and an assistant turn to learn from.
+check message lists here: known roles, text contents, and an assistant turn to learn from. A
+content is a string, or OpenAI's list of parts ([{"type": "text", "text": ...}, ...]) whose text
+parts are joined as they are (no separator, as chat templates render them); any other part (an
+image, audio) is refused, since a text model cannot learn from it and dropping it would change
+what the message says.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tinylm.stages.spec_rows import RowError
+from tinylm.stages.row_error import RowError
 
 Message = dict[str, str]
 ROLES = ("system", "user", "assistant")
+
+
+def _text(content: Any, role: str) -> str:
+    """A message's content as text: a string, or the joined text of a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise RowError(f"the content of a {role} message must be a string or a list of text parts")
+    texts = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text":
+            what = f"of type {kind!r}" if kind is not None else "without a type"
+            raise RowError(f"a {role} message has a content part {what}: tinylm reads text parts only")
+        if not isinstance(part.get("text"), str):
+            raise RowError(f"a text part of a {role} message has no string 'text'")
+        texts.append(part["text"])
+    return "".join(texts)
 
 
 def checked_messages(messages: Any) -> list[Message]:
@@ -22,12 +44,10 @@ def checked_messages(messages: Any) -> list[Message]:
     for message in messages:
         if not isinstance(message, dict):
             raise RowError(f"a message must be an object, got {type(message).__name__}")
-        role, content = message.get("role"), message.get("content")
+        role = message.get("role")
         if role not in ROLES:
             raise RowError(f"unknown role {role!r} (allowed: {', '.join(ROLES)})")
-        if not isinstance(content, str):
-            raise RowError(f"the content of a {role} message must be a string")
-        out.append({"role": role, "content": content})
+        out.append({"role": role, "content": _text(message.get("content"), role)})
     if not any(m["role"] == "assistant" for m in out):
         raise RowError("no assistant message to learn from")
     return out

@@ -6,6 +6,7 @@ with post-training-sized defaults. A stage's own config extends it with what onl
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -27,10 +28,10 @@ class PostTrainConfig(TrainConfig):
     hidden_options: ClassVar[tuple[str, ...]] = ("preset", "arch", "overrides", "prompt", "sample_tokens",
                                                  "temperature", "top_k")
 
-    base: str = Option("checkpoint or run folder to start from (an SFT run for DPO and RL)", metavar="RUN",
-                       required=True, group=BASE_AND_DATA)("")
-    data: str | None = Option(f"a data spec: FILE.jsonl, hf:NAME or a task ({', '.join(builtin_specs())})",
-                              metavar="SPEC", group=BASE_AND_DATA)("builtin:arith")
+    base: str = Option("checkpoint or run folder to start from (an SFT run for DPO and RL); required unless "
+                       "--resume continues a run, which names its own", metavar="RUN", group=BASE_AND_DATA)("")
+    data: str | None = Option("a data spec: FILE (.jsonl, .json array, .csv), hf:NAME or a task "
+                              f"({', '.join(builtin_specs())})", metavar="SPEC", group=BASE_AND_DATA)("builtin:arith")
     eval_data: str | None = Option("held-out data (default: the task's test split, or a share of --data)",
                                    metavar="SPEC", group=BASE_AND_DATA)(None)
     dev_fraction: float = Option("share of a file's rows held out", low=0, high=1, low_open=True, high_open=True,
@@ -59,14 +60,25 @@ class PostTrainConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
-        if not self.base:
+        if not self.base and self.resume is None:  # a resumed run takes its base from its checkpoint
             raise TinyLMError("--base is required: the checkpoint or run folder to start from")
         if not self.data:
-            raise TinyLMError("--data is required: builtin:arith, a JSONL file or hf:NAME")
+            raise TinyLMError("--data is required: builtin:arith, a JSONL/JSON/CSV file or hf:NAME")
         if self.max_new_tokens < 1:
             raise TinyLMError(f"--max-new-tokens must be >= 1 (got {self.max_new_tokens})")
         if self.lora_rank:
             self.lora_config().validate()
+        else:
+            self._refuse_lora_options_without_rank()
+
+    def _refuse_lora_options_without_rank(self) -> None:
+        """A LoRA option changed while --lora-rank is 0 (full fine-tuning) would be silently ignored: say so."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name in ("lora_alpha", "lora_dropout", "rslora", "lora_targets"):
+            if getattr(self, name) != defaults[name]:
+                flag = "--" + name.replace("_", "-")
+                raise TinyLMError(f"{flag} has no effect without --lora-rank (0: full fine-tuning); "
+                                  f"give --lora-rank R to train adapters")
 
     def lora_config(self) -> LoraConfig:
         return LoraConfig(rank=self.lora_rank, alpha=self.lora_alpha, dropout=self.lora_dropout,

@@ -1,48 +1,46 @@
-"""The rows of a post-training data file, each with where it stands, and the one rule for a bad row.
+"""The rows of a post-training data spec, each with where it stands, and the one rule for a bad row.
 
 SFT conversations (sft/data.py) and preference pairs (preference/data.py) are read the same way: a
-JSONL file line by line, or `hf:NAME[:split]` through `datasets` (an optional heavy dependency,
-imported only then), every row with its place ("FILE:LINE", "NAME[split]:INDEX"). Each stage's
-parser turns a row into its own record or raises `RowError`; `collect_rows` then stops at the first
-bad row with "FILE:LINE: reason" (`on_error="stop"`) or skips and counts it (`on_error="skip"`), so a
-bad row is reported the same way whatever the stage.
+local file by its suffix (JSONL line by line, a JSON array, CSV with a header: `row_files.py`), or
+`hf:NAME[:split]` through `datasets` (an optional heavy dependency, imported only then), every row
+with its place ("FILE:LINE", "FILE[INDEX]", "FILE:row N", "NAME[split]:INDEX"). Each stage's parser
+turns a row into its own record or raises `RowError`; `collect_rows` then stops at the first bad
+row with "PLACE: reason" (`on_error="stop"`) or skips and counts it (`on_error="skip"`), so a bad
+row is reported the same way whatever the stage. `read_rows` does both and adds what the file's
+bytes said: a note on those that were not UTF-8, or a refusal when most were not (`undecodable.py`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from tinylm.errors import TinyLMError
+from tinylm.stages.row_error import RowError
+from tinylm.stages.row_files import local_rows
+from tinylm.stages.undecodable import Undecodable
 
 T = TypeVar("T")
 ON_ERROR = ("stop", "skip")
 HF_PREFIX = "hf:"
+# RowError is re-exported: the parsers raise it and import it from here
+__all__ = ["ON_ERROR", "RowError", "RowsRead", "check_on_error", "collect_rows", "hf_rows", "read_rows"]
 
 
-class RowError(ValueError):
-    """A row the stage cannot read; the message says why."""
+@dataclass
+class RowsRead(Generic[T]):
+    """The parsed rows of a spec, each skipped row as "PLACE: reason", and notes on the input (one line each)."""
+
+    parsed: list[T]
+    skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def check_on_error(on_error: str) -> None:
     if on_error not in ON_ERROR:
         raise TinyLMError(f"on_error={on_error!r}: choose 'stop' or 'skip'")
-
-
-def jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    """(FILE:LINE, parsed row) per non-blank line; a malformed line yields its RowError instead of a row."""
-    if not path.is_file():
-        raise TinyLMError(f"no such data file: {path}")
-    with path.open(encoding="utf-8", errors="replace") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield f"{path}:{number}", json.loads(line)
-            except json.JSONDecodeError as error:
-                yield f"{path}:{number}", RowError(f"malformed JSON ({error.msg} at column {error.colno})")
 
 
 def hf_rows(spec: str, split: str) -> Iterator[tuple[str, Any]]:
@@ -62,14 +60,9 @@ def hf_rows(spec: str, split: str) -> Iterator[tuple[str, Any]]:
         yield f"{name}[{hf_split}]:{index}", {key: value for key, value in row.items() if value is not None}
 
 
-def file_rows(spec: str, split: str) -> Iterator[tuple[str, Any]]:
-    """The rows of an `hf:` spec or of a JSONL file (which is its own split)."""
-    return hf_rows(spec, split) if spec.startswith(HF_PREFIX) else jsonl_rows(Path(spec))
-
-
 def collect_rows(rows: Iterable[tuple[str, Any]], parse: Callable[[Any], T], on_error: str,
                  limit: int | None) -> tuple[list[T], list[str]]:
-    """(parsed rows, "FILE:LINE: reason" of each skipped one); with on_error="stop" the first bad row is an error."""
+    """(parsed rows, "PLACE: reason" of each skipped one); with on_error="stop" the first bad row is an error."""
     parsed: list[T] = []
     skipped: list[str] = []
     for where, row in rows:
@@ -84,3 +77,18 @@ def collect_rows(rows: Iterable[tuple[str, Any]], parse: Callable[[Any], T], on_
                 raise TinyLMError(f"{where}: {error} (--on-error skip skips such rows)") from None
             skipped.append(f"{where}: {error}")
     return parsed, skipped
+
+
+def read_rows(spec: str, split: str, parse: Callable[[Any], T], on_error: str, limit: int | None) -> RowsRead[T]:
+    """The rows of an `hf:` spec or a local file (its own split), parsed; refused when mostly not UTF-8."""
+    if spec.startswith(HF_PREFIX):
+        return RowsRead(*collect_rows(hf_rows(spec, split), parse, on_error, limit))
+    text = Undecodable(Path(spec))
+    try:
+        read = RowsRead(*collect_rows(local_rows(Path(spec), text), parse, on_error, limit))
+    except TinyLMError:
+        text.check()  # a file mostly not UTF-8 explains its bad row better than the row does
+        raise
+    text.check()
+    read.notes += filter(None, [text.note()])
+    return read

@@ -4,6 +4,8 @@
     code                         builtin:code, the name `tinylm eval --tasks` has always used
     gsm8k:SOURCE                 GSM8K rows of SOURCE, every one held out (eval's form; SOURCE is taken
                                  verbatim, so `gsm8k:hf:NAME?config=C&split=S` keeps its own ? and &)
+    prompts:FILE                 the user's own {"prompt", "answer"} JSONL rows, checked by exact match, a
+                                 tenth held out (`tinylm rl --task FILE.jsonl` means this)
 
 A parameter is typed by its default (`digits=4` is an int); one without a default is required text,
 such as the `file` of `builtin:gsm8k?file=data/gsm8k.jsonl` (a value cannot hold "&"). Parameters
@@ -26,6 +28,7 @@ from tinylm.errors import TinyLMError
 from tinylm.tasks.arith import ArithTask
 from tinylm.tasks.code import CodeTask
 from tinylm.tasks.gsm8k import GSM8KTask
+from tinylm.tasks.prompt_file import PromptFileTask
 from tinylm.tasks.stdlib_functions import StdlibFunctionTask
 from tinylm.tasks.task import Task
 
@@ -37,7 +40,7 @@ TASKS: dict[str, Callable[..., Task]] = {
     "gsm8k": partial(GSM8KTask, holdout="share"),  # a builtin: task holds out a tenth, like every other
 }
 SHORT_FORMS = {"code": "builtin:code"}  # spec -> the builtin: spec it stands for
-SOURCE_FORMS: dict[str, Callable[[str], Task]] = {"gsm8k:": GSM8KTask}  # prefix -> a task of the source after it
+SOURCE_FORMS: dict[str, Callable[[str], Task]] = {"gsm8k:": GSM8KTask, "prompts:": PromptFileTask}  # prefix -> task
 
 
 def _required(factory: Callable[..., Task]) -> list[str]:

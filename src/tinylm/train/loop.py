@@ -32,9 +32,10 @@ from tinylm.metrics import MetricsLogger
 from tinylm.runtime.compile_policy import eager_blocks
 from tinylm.runtime.device import configure_backends, describe, empty_cache, peak_flops, resolve_dtype
 from tinylm.runtime.distributed import DistEnv, all_gather_objects, all_reduce_sum, cleanup, init_distributed
+from tinylm.runtime.mkl_cbwr import describe as describe_mkl
 from tinylm.runtime.run_choices import RunShape, decide_run_choices
 from tinylm.train.config import TrainConfig
-from tinylm.train.faults import StopSignal, oom_message
+from tinylm.train.faults import StepInterrupted, StopSignal, oom_message
 from tinylm.train.mfu import model_flops_utilization
 from tinylm.train.optim import members
 from tinylm.train.plot import plot_runs
@@ -178,6 +179,8 @@ class _Run:
         self.say(f"device: {describe(self.device)} x {env.world_size}, dtype {str(self.choices.dtype)[6:]}, "
                  f"{self.tokens_per_step:,} tokens/step (batch {cfg.batch_size} x accum {cfg.grad_accum} "
                  f"x seq {self.seq_len} x {env.world_size} proc)")
+        if self.device.type == "cpu" and (mkl := describe_mkl()):
+            self.say(mkl)
         for line in self.choices.header_lines():
             self.say(line)
         if self.ckpt is not None and self.state is not None:
@@ -202,7 +205,11 @@ class _Run:
         while stopped is None:
             t0 = time.perf_counter()
             apply_lr(self.optimizer, self.schedule.factor(self.step))
-            batches = [stage.next_batch() for _ in range(cfg.grad_accum)]
+            try:
+                batches = [stage.next_batch() for _ in range(cfg.grad_accum)]
+            except StepInterrupted:  # Ctrl-C while the step waited on work it can drop (an RL reward)
+                stopped = "interrupted"
+                break
             stage.begin_step(self.raw, batches)  # a statistic of the whole step, if the stage has one (KTO)
             weight = self._step_weight(batches)
             if weight <= 0:

@@ -19,12 +19,16 @@ examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from tinylm.cli.run_stage import add_stage_arguments, run_stage_command
+from tinylm.cli.run_stage import add_stage_arguments, print_scores, run_stage_command
 from tinylm.stages import STAGES
 
 STAGE = STAGES["dpo"]
 HELP = STAGE.help
+# KTO's own held-out score, shown where the run logged it (an unpaired run has no pair scores to show)
+SHOWN = dataclasses.replace(STAGE, scores=(*STAGE.scores, ("dev_label_accuracy",
+                                                           "held-out answers on their label's side", "{:.1%}")))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,4 +36,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_stage_command(args, STAGE)
+    return run_stage_command(args, STAGE, report=lambda summary: print_scores(SHOWN, summary))

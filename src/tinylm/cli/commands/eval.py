@@ -18,13 +18,14 @@ examples:
   tinylm eval --checkpoint runs/tiny-modern --tasks bpb
   tinylm eval --checkpoint runs/tiny-modern-sft --tasks bpb,builtin:arith,prefs:builtin:arith --json
   tinylm eval --checkpoint runs/tiny-modern-sft --tasks builtin:arith,code --pass-k 4 --samples 8
-  tinylm eval --checkpoint runs/tiny-modern --tasks hellaswag:evals/data/hellaswag.jsonl,arc:evals/data/arc.jsonl
+  tinylm eval --checkpoint runs/tiny-modern --tasks hellaswag:evals/data/synthetic_hellaswag.jsonl,arc:FILE
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from tinylm.cli.option_types import bounded_int, count
 from tinylm.cli.options import add_option
@@ -68,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
                           max_new_tokens=args.max_new_tokens, pass_k=args.pass_k, samples=args.samples,
                           temperature=args.temperature, bpb_batches=args.bpb_batches)
     evaluation = evaluate_checkpoint(args.checkpoint, tasks, options)
+    for note in evaluation.notes:
+        print(note, file=sys.stderr)
     report = None
     if args.record:
         report = write_report_card(record(evaluation))

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+from pathlib import Path
 
 from tinylm.cli.options import add_option
 from tinylm.options import JSON, PROGRESS, THREADS
@@ -37,10 +39,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "json", JSON, False, note="the result")
 
 
+def resume_command(args: argparse.Namespace) -> str:
+    """The command line that resumes this pipeline: the same file and options, since a stage resumes only
+    under the settings it began with and --out says where it is."""
+    words = ["tinylm", "pipeline", *([args.file] if args.file else [])]
+    if getattr(args, "config", None):
+        words += ["--config", args.config]
+    if args.out:
+        words += ["--out", args.out]
+    if args.threads:
+        words += ["--threads", str(args.threads)]
+    if not args.progress:
+        words.append("--no-progress")
+    if args.json:
+        words.append("--json")
+    return shlex.join(words)
+
+
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-
     config = load_pipeline_config(args.file)
     if args.out:
         config.out = args.out
@@ -51,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             config.sections[stage]["progress"] = False
     result = run_pipeline(config, progress=args.progress)
     if result.stopped is not None:
-        print(f"pipeline stopped in {result.stopped}: run `tinylm pipeline` again to resume it")
+        print(f"pipeline stopped in {result.stopped}: run `{resume_command(args)}` to resume it")
         return 130
     header, cells = table_rows(result.rows, config.task)
     final_run = Path(result.rows[-1]["checkpoint"]).parent.parent

@@ -73,11 +73,11 @@ def bind(host: str, port: int) -> socket.socket:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-
     use_threads(args.threads)
     model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8)
     name = args.model_name or Path(args.checkpoint).resolve().name
-    served = ServedModel.build(name, model, tokenizer, max_slots=args.max_slots, prefill_budget=args.prefill_chunk)
+    served = ServedModel.build(name, model, tokenizer, max_slots=args.max_slots, prefill_budget=args.prefill_chunk,
+                               meta=meta)
     sock = bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(create_app(served, args.api_key), log_level="warning",

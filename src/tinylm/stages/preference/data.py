@@ -1,19 +1,23 @@
 """Preference data from a spec: pairs (prompt, chosen answer, rejected answer) or unpaired labelled answers.
 
-A JSONL file may mix these layouts, detected row by row:
+A file is JSONL, one JSON array (`.json`) or CSV/TSV with a header (`stages/row_files.py`), and may
+mix these layouts, detected row by row:
 
-    {"prompt": "2+2?", "chosen": "4", "rejected": "5"}                                   text
+    {"prompt": "2+2?", "chosen": "4", "rejected": "5"}                                   text (and CSV)
     {"prompt": [messages], "chosen": [assistant message], "rejected": [...]}             message lists (trl)
     {"prompt": "...", "chosen": [user, assistant], "rejected": [user, assistant]}        UltraFeedback-binarized
+    {"chosen": [user, assistant], "rejected": [user, assistant]}                         implicit prompt (trl)
     {"chosen": "\\n\\nHuman: ... \\n\\nAssistant: ...", "rejected": "..."}                    HH-RLHF transcripts
     {"prompt": "...", "completion": "...", "label": true}                                 unpaired (KTO)
 
 In every layout the answer is the last assistant message and everything before it is the prompt,
-which both sides must share (UltraFeedback and HH-RLHF repeat it inside each side; it is split off
-here). A pair whose chosen or rejected answer is empty, or whose two answers are identical, teaches
-nothing and is refused like any malformed row: "FILE:LINE: reason" (`on_error="stop"`) or skipped
-and counted (`on_error="skip"`). `builtin:TASK` generates verified pairs (tasks/preference_pairs.py),
-`hf:NAME[:split]` reads through `datasets` with the same row mapping.
+which both sides must share (UltraFeedback, the implicit prompt and HH-RLHF repeat it inside each
+side; it is split off here). A CSV label is the text true or false. A pair whose chosen or rejected
+answer is empty, or whose two answers are identical, teaches nothing and is refused like any
+malformed row: "PLACE: reason" (`on_error="stop"`) or skipped and counted (`on_error="skip"`).
+Bytes that are not UTF-8 are noted (`notes`), or refused when most are. `builtin:TASK` generates
+verified pairs (tasks/preference_pairs.py), `hf:NAME[:split]` reads through `datasets` with the
+same row mapping.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Any
 
 from tinylm.errors import TinyLMError
 from tinylm.stages.messages import Message, checked_messages
-from tinylm.stages.spec_rows import RowError, check_on_error, collect_rows, file_rows
+from tinylm.stages.spec_rows import RowError, check_on_error, read_rows
 from tinylm.tasks.preference_pairs import preference_pairs
 from tinylm.tasks.registry import PREFIX as BUILTIN_PREFIX
 
@@ -50,6 +54,7 @@ class PreferenceData:
     spec: str
     rows: list[PreferenceRow]
     skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # on the input, one line each (bytes that were not UTF-8)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -91,6 +96,27 @@ def _hh_transcript(text: Any, name: str) -> tuple[list[Message], str]:
     return messages[:-1], messages[-1]["content"]
 
 
+def _label(label: Any) -> bool:
+    """A KTO label: true or false, in JSON or as CSV text."""
+    if isinstance(label, str) and label.strip().lower() in ("true", "false"):
+        return label.strip().lower() == "true"
+    if not isinstance(label, bool):
+        raise RowError("'label' must be true (desirable) or false (undesirable)")
+    return label
+
+
+def _sides(row: dict[str, Any]) -> tuple[tuple[list[Message], str], tuple[list[Message], str]]:
+    """(messages before the answer, the answer) of chosen and of rejected, whichever way the sides are given."""
+    names = ("chosen", "rejected")
+    if "prompt" in row:
+        return _split_side(row["chosen"], "chosen"), _split_side(row["rejected"], "rejected")
+    if all(isinstance(row[name], str) for name in names):  # HH-RLHF: each side is the whole transcript
+        return _hh_transcript(row["chosen"], "chosen"), _hh_transcript(row["rejected"], "rejected")
+    if all(isinstance(row[name], list) for name in names):  # trl's implicit prompt: the shared prefix
+        return _split_side(row["chosen"], "chosen"), _split_side(row["rejected"], "rejected")
+    raise RowError("without a 'prompt', chosen and rejected must be both message lists or both HH-RLHF transcripts")
+
+
 def _answer(text: str, name: str) -> str:
     if not text.strip():
         raise RowError(f"the {name} answer is empty")
@@ -102,22 +128,20 @@ def row_from_json(row: Any) -> PreferenceRow:
     if not isinstance(row, dict):
         raise RowError(f"expected a JSON object, got {type(row).__name__}")
     if "completion" in row and "label" in row:
-        if not isinstance(row["label"], bool):
-            raise RowError("'label' must be true (desirable) or false (undesirable)")
+        label = _label(row["label"])
         if not isinstance(row["completion"], str):
             raise RowError("'completion' must be a string")
         answer = _answer(row["completion"], "completion")
         prompt = _prompt_messages(row.get("prompt"))
-        return PreferenceRow(tuple(prompt), answer if row["label"] else None, None if row["label"] else answer)
+        return PreferenceRow(tuple(prompt), answer if label else None, None if label else answer)
     if "chosen" not in row or "rejected" not in row:
         raise RowError(f"unknown row shape with keys {sorted(row)} (expected prompt/chosen/rejected, "
                        "chosen/rejected transcripts, or prompt/completion/label)")
-    if "prompt" not in row:  # HH-RLHF: each side is the whole transcript
-        (before_w, chosen), (before_l, rejected) = (_hh_transcript(row[k], k) for k in ("chosen", "rejected"))
-    else:
-        (before_w, chosen), (before_l, rejected) = (_split_side(row[k], k) for k in ("chosen", "rejected"))
+    (before_w, chosen), (before_l, rejected) = _sides(row)
     if before_w != before_l:
         raise RowError("chosen and rejected do not share the same prompt messages")
+    if "prompt" not in row and not before_w:
+        raise RowError("no prompt: without a 'prompt' key, chosen and rejected must start with the prompt messages")
     prompt = before_w if "prompt" not in row else _prompt_messages(row["prompt"])
     if before_w and "prompt" in row and before_w != prompt:  # UltraFeedback repeats the prompt in each side
         if before_w[-len(prompt):] != prompt:
@@ -139,8 +163,8 @@ def load_preferences(spec: str, split: str = "train", *, seed: int = 0, limit: i
         pairs = preference_pairs(spec, split, limit or BUILTIN_DEFAULT_PAIRS, seed)
         loaded = PreferenceData(spec, [PreferenceRow(tuple(p.example.prompt), p.chosen, p.rejected) for p in pairs])
     else:
-        rows, bad_rows = collect_rows(file_rows(spec, split), row_from_json, on_error, limit)
-        loaded = PreferenceData(spec, rows, bad_rows)
+        read = read_rows(spec, split, row_from_json, on_error, limit)
+        loaded = PreferenceData(spec, read.parsed, read.skipped, read.notes)
     if not loaded.rows:
         skipped = f" ({len(loaded.skipped)} rows skipped, first: {loaded.skipped[0]})" if loaded.skipped else ""
         raise TinyLMError(f"{spec}: no preference pairs to train on{skipped}")

@@ -38,7 +38,21 @@ from tinylm.train.stage import Batch, StageContext, StageLoss
 
 # held-out means: the loss, the implicit-reward accuracy and margin, and the share of pairs whose chosen answer
 # the policy itself finds likelier (log pi(y_w|x) > log pi(y_l|x)), meaningful before any step too
-EVAL_SUMS = ("loss", "accuracy", "margin", "logp_accuracy")
+EVAL_SUMS = ("loss", "accuracy", "margin", "logp_accuracy", "paired")
+KTO_SUMS = ("label_right", "sides")  # KTO: answers on their label's side of z_0, and the answers
+PAIR_SCORES = ("dev_accuracy", "dev_margin", "dev_logp_accuracy")
+
+
+def pair_means(means: dict[str, float]) -> dict[str, float]:
+    """Per-row means -> the scores: the pair scores over the paired rows (none when none is), KTO's over answers."""
+    share = means.pop("dev_paired", 0.0)
+    scores = {k: v for k, v in means.items() if k not in PAIR_SCORES}
+    if share > 0:
+        scores.update({k: means[k] / share for k in PAIR_SCORES if k in means})
+    if "dev_sides" in means:
+        sides = scores.pop("dev_sides")
+        scores["dev_label_accuracy"] = scores.pop("dev_label_right") / sides if sides > 0 else 0.0
+    return scores
 
 
 class DPOStage(PairStage[DPOConfig]):
@@ -152,19 +166,34 @@ class DPOStage(PairStage[DPOConfig]):
 
     # ---- evaluation -------------------------------------------------------------------------------
     def held_out_scores(self, model: nn.Module) -> dict[str, float]:
-        """Means over the held-out pairs of EVAL_SUMS (preference accuracy: implicit reward margin > 0); KTO's z_0
-        is the whole held-out set's, so the held-out loss does not depend on the batch size or ranks either."""
+        """Means over the held-out rows of EVAL_SUMS (preference accuracy: implicit reward margin > 0); KTO's z_0
+        is the whole held-out set's, so the held-out loss does not depend on the batch size or ranks either.
+
+        The pair scores count the rows with both sides alone (an unpaired KTO row has no pair to rank), and are
+        left out when there is none; KTO adds what it optimises: the share of answers on their label's side of
+        z_0 (a desirable one's log-ratio above it, an undesirable one's below)."""
         shared: dict[str, torch.Tensor] = {}
-        if self.ctx.cfg.loss == "kto":
+        kto = self.ctx.cfg.loss == "kto"
+        if kto:
             shared[REFERENCE_POINT] = step_reference_point(model, self.dev_batches(), self.pair_logps,
                                                            self.ctx.env, self.ctx.device, self.ctx.dtype)
 
         def sums(model: nn.Module, batch: Batch) -> list[torch.Tensor]:
             out, p = self.pair_losses(model, {**batch, **shared})
             margin = out.chosen_rewards - out.rejected_rewards
-            return [out.losses.sum(), (margin > 0).sum(), margin.sum(), (p.chosen > p.rejected).sum()]
+            has_w, has_l = batch["chosen_present"], batch["rejected_present"]
+            paired = has_w * has_l
+            pair_sums = [out.losses.sum(), ((margin > 0) * paired).sum(), (margin * paired).sum(),
+                         ((p.chosen > p.rejected) * paired).sum(), paired.sum()]
+            if not kto:
+                return pair_sums
+            rho_w, rho_l = p.ratios()
+            z0 = shared[REFERENCE_POINT]
+            right = has_w * (rho_w > z0) + has_l * (rho_l < z0)
+            return [*pair_sums, right.sum(), (has_w + has_l).sum()]
 
-        return self.held_out_means(model, EVAL_SUMS, sums)
+        means = self.held_out_means(model, (*EVAL_SUMS, *(KTO_SUMS if kto else ())), sums)
+        return pair_means(means)
 
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         return {**self.held_out_scores(model), **self.held_out_exact_match(model)}

@@ -57,9 +57,14 @@ class PairStage(FromBaseStage[PrefConfigT]):
         loaded = load_preferences(spec, "train", seed=cfg.seed, on_error=cfg.on_error)
         if loaded.skipped:
             self.ctx.say(f"skipped {len(loaded.skipped)} malformed row(s) of {spec}; first: {loaded.skipped[0]}")
+        for note in loaded.notes:  # bytes that were not UTF-8, with file:line
+            self.ctx.say(note)
         self.check_rows(loaded.rows, spec)
         if cfg.eval_data:
-            return loaded.rows, load_preferences(cfg.eval_data, "test", seed=cfg.seed, on_error=cfg.on_error).rows
+            held = load_preferences(cfg.eval_data, "test", seed=cfg.seed, on_error=cfg.on_error)
+            for note in held.notes:
+                self.ctx.say(note)
+            return loaded.rows, held.rows
         train = [r for r in loaded.rows if not held_out(_key(r), cfg.dev_fraction)]
         if not train:
             raise TinyLMError(f"{spec}: every pair fell into the held-out share; lower --dev-fraction")

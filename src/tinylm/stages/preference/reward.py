@@ -56,6 +56,13 @@ class RewardStage(PairStage[RewardConfig]):
         self.make_loader()
         return model
 
+    def check_rows(self, rows: list[PreferenceRow], spec: str) -> None:
+        """Refuse unpaired rows pointing where they train: this stage has no --loss, so "--loss kto" would mislead."""
+        unpaired = sum(not r.paired for r in rows)
+        if unpaired:
+            raise TinyLMError(f"{spec}: {unpaired} unpaired prompt/completion/label row(s): a reward model needs pairs "
+                              "(prompt, chosen, rejected); unpaired answers train with `tinylm dpo --loss kto`")
+
     def _load_resume(self, model: nn.Module, resume: Path) -> None:
         """Nothing yet: the checkpoint holds the backbone *and* the head, loaded once the head exists."""
 

@@ -12,6 +12,9 @@ ones are masked out of the loss. DAPO's overlong shaping adds a soft penalty nea
 
 Each micro-batch then gets what its loss needs from frozen models (the reference's log-probs, PPO's
 old values), and the step its advantages (step_advantages.py) and its totals (step_totals.py).
+
+Ctrl-C while a reward runs ends the wait at once (`reward_calls.py`); the ranks agree on it in the
+round's first all-reduce, and every rank drops the step together (`StepInterrupted`).
 """
 
 from __future__ import annotations
@@ -29,13 +32,14 @@ from tinylm.stages.rl.advantages import reward_spread
 from tinylm.stages.rl.algorithm import Algorithm
 from tinylm.stages.rl.config import RLConfig
 from tinylm.stages.rl.ppo import PolicyWithValue
-from tinylm.stages.rl.rewards import Reward
+from tinylm.stages.rl.rewards import Reward, RewardsInterrupted
 from tinylm.stages.rl.rollout import on_response, policy_logprobs, response_positions, sample_rollouts
 from tinylm.stages.rl.step_advantages import step_advantages
 from tinylm.stages.rl.step_totals import StepTotals, step_totals
 from tinylm.tasks.task import Example, Task
 from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.tokenizer.tokenizer import Tokenizer
+from tinylm.train.faults import StepInterrupted, stop_requested
 from tinylm.train.stage import StageContext
 
 
@@ -67,7 +71,7 @@ class RolloutCollector:
         self.sampling = SamplingParams(temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
         self.tries = cfg.oversample if algo.dynamic_sampling else 1  # candidate prompts per slot
         self.last_round_end: float | None = None  # the time between two rounds is the update's
-        self.failure_said = False
+        self.first_failure: str | None = None  # this rank's first failed reward (--reward-errors zero)
 
     def collect(self, ctx: StageContext[RLConfig], round_index: int, policy: nn.Module,
                 value_model: PolicyWithValue | None) -> tuple[list[dict[str, Any]], StepTotals]:
@@ -75,11 +79,19 @@ class RolloutCollector:
         env, device, algo = ctx.env, ctx.device, self.algo
         t0 = time.perf_counter()
         update_s = t0 - self.last_round_end if self.last_round_end is not None else 0.0
-        groups = [self._fill(ctx, round_index, slots, policy) for slots in self._slots(env)]
+        try:
+            groups = [self._fill(ctx, round_index, slots, policy) for slots in self._slots(env)]
+            interrupted = 0.0
+        except RewardsInterrupted:
+            groups, interrupted = [], 1.0
         flat = [g for micro in groups for g in micro]
         # DAPO: once any group of the step is informative, the uninformative ones leave the loss
-        n_informative = torch.tensor([float(sum(g["informative"] for g in flat))], dtype=torch.float64, device=device)
-        any_informative = float(all_reduce_sum(n_informative, env)[0]) > 0
+        counts = torch.tensor([float(sum(g["informative"] for g in flat)), interrupted], dtype=torch.float64,
+                              device=device)
+        n_informative, n_interrupted = all_reduce_sum(counts, env).tolist()
+        if n_interrupted:  # every rank raises here, together: no rank is left waiting in a collective
+            raise StepInterrupted(f"stopped while rewards were computed for round {round_index}")
+        any_informative = n_informative > 0
         limit, buffer = self.cfg.max_new_tokens, self.cfg.overlong_buffer
         for g in flat:
             shaping = overlong_penalty(g["mask"], limit, buffer) if algo.overlong_shaping else 0.0
@@ -125,10 +137,11 @@ class RolloutCollector:
         stops = set(self.chat.stop_ids)
         texts = [self.tokenizer.decode(r[:-1] if r and r[-1] in stops else r) for r in rollouts.responses]
         examples = [self.pool[p] for p in picks for _ in range(G)]
-        scores = self.reward.score(texts, examples)
-        if scores.failures and not self.failure_said:
-            ctx.say(f"warning: {scores.failures} reward(s) failed and scored 0; first: {scores.first_failure}")
-            self.failure_said = True
+        scores = self.reward.score(texts, examples, should_stop=lambda: stop_requested() is not None)
+        if scores.failures and self.first_failure is None:
+            self.first_failure = scores.first_failure
+            ctx.say(f"warning: {scores.failures} reward(s) failed and scored 0 (--reward-errors zero); first: "
+                    f"{scores.first_failure}")
         correct = [float(self.task.verify(t, e)) for t, e in zip(texts, examples)]
         out = []
         for i in range(len(slots)):

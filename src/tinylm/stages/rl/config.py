@@ -17,7 +17,8 @@ from tinylm.stages.post_config import PostTrainConfig
 from tinylm.stages.rl.algorithms import Algorithm, algorithms
 from tinylm.stages.rl.kl import KL_ESTIMATORS
 from tinylm.stages.rl.policy_losses import AGGREGATIONS
-from tinylm.tasks.registry import known_tasks
+from tinylm.stages.rl.rewards import REWARD_ERRORS
+from tinylm.tasks.registry import is_task_spec, known_tasks
 
 TASK, ALGORITHM, ROLLOUTS = "task and reward", "algorithm", "rollouts"
 
@@ -30,11 +31,17 @@ class RLConfig(PostTrainConfig):
     hidden_options: ClassVar[tuple[str, ...]] = ("preset", "arch", "overrides", "prompt", "sample_tokens", "data",
                                                  "eval_data", "dev_fraction", "on_error")
 
-    task: str = Option(f"the prompts and their verifier: {known_tasks()} (parameters: builtin:arith?digits=2&ops=+)",
-                       metavar="SPEC",
+    task: str = Option(f"the prompts and their verifier: {known_tasks()}, or FILE.jsonl of "
+                       "{\"prompt\", \"answer\"} rows (parameters: builtin:arith?digits=2&ops=+)", metavar="SPEC",
                        group=TASK)("builtin:arith")
-    reward: str = Option("exact, exact+format, python (sandboxed), model:PATH or module:function", metavar="SPEC",
-                         group=TASK)("exact")
+    reward: str = Option("exact, exact+format, python (sandboxed), model:PATH, module:function (the working folder "
+                         "is searched) or file.py:function", metavar="SPEC", group=TASK)("exact")
+    reward_timeout: float = Option("seconds one sample's reward call may take; a call past it has failed "
+                                   "(see --reward-errors)", low=0, low_open=True,
+                                   metavar="SECONDS", group=TASK)(60.0)
+    reward_errors: str = Option("a reward that raises, returns no finite number or times out: stop the run with "
+                                "its message, or score the sample 0 and count it (reward_failures)",
+                                choices=REWARD_ERRORS, group=TASK)("stop")
     reference: str | None = Option("frozen KL reference (default: --base)", metavar="RUN", group=TASK)(None)
     algo: str = Option("the RL algorithm", choices=lambda: tuple(algorithms()), group=ALGORITHM)("grpo")
     epochs: int = Option("optimizer steps per batch of rollouts", low=1, group=ALGORITHM)(1)
@@ -82,6 +89,10 @@ class RLConfig(PostTrainConfig):
             raise TinyLMError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.fsdp:
             raise TinyLMError("tinylm rl samples with whole weights on every rank: use DDP (no --fsdp)")
+
+    def task_spec(self) -> str:
+        """The spec `get_task` reads: a bare FILE.jsonl (not a task spec of its own) is a file of prompts."""
+        return f"prompts:{self.task}" if self.task.endswith(".jsonl") and not is_task_spec(self.task) else self.task
 
     def algorithm(self) -> Algorithm:
         """The chosen algorithm with this run's overrides applied."""

@@ -59,7 +59,7 @@ class RLStage(FromBaseStage[RLConfig]):
         """The task's training prompts that leave room for an answer, its held-out problems, the reward, pi_ref."""
         ctx = self.ctx
         self.algo = cfg.algorithm()
-        self.task = get_task(cfg.task)
+        self.task = get_task(cfg.task_spec())
         window = self.mcfg.context_length - cfg.max_new_tokens
         self.pool = [e for e in self.task.examples("train", cfg.train_examples, cfg.seed)
                      if len(self.chat.prompt_ids(e.prompt)) <= window]
@@ -67,7 +67,7 @@ class RLStage(FromBaseStage[RLConfig]):
             raise TinyLMError(f"no prompt of {cfg.task} fits the context of {self.mcfg.context_length} tokens with "
                               f"--max-new-tokens {cfg.max_new_tokens}")
         self.eval_problems = self.task.examples("test", cfg.eval_examples, cfg.seed)
-        reward = load_reward(cfg.reward, self.task, ctx.device)
+        reward = load_reward(cfg.reward, self.task, ctx.device, timeout=cfg.reward_timeout, errors=cfg.reward_errors)
         reference = load_reference(cfg.reference, self.algo.beta > 0, self.base, self.mcfg.vocab_size, ctx.device)
         self.rollouts = RolloutCollector(cfg, self.algo, self.chat, self.tokenizer, self.task, self.pool, reward,
                                          reference)
@@ -75,6 +75,7 @@ class RLStage(FromBaseStage[RLConfig]):
         self.micro = 0
         self.current: list[dict[str, Any]] = []  # this round's micro-batches (none before the first round)
         self.totals = StepTotals()  # this round's step units, tokens and logged means
+        self.reward_failures = 0  # samples scored 0 because their reward failed, all rounds and ranks
 
     def data_spec(self) -> str:
         return self.ctx.cfg.task
@@ -123,6 +124,7 @@ class RLStage(FromBaseStage[RLConfig]):
             if epoch == 0 or not self.current:
                 self.current, self.totals = self.rollouts.collect(self.ctx, self.steps_begun // cfg.epochs,
                                                                   self.policy, self._value_model())
+                self.reward_failures += int(self.totals.metrics["reward_failures"])
             else:  # another epoch over the same rollouts: this step sampled nothing
                 self.totals.metrics = {**self.totals.metrics, "rollout_s": 0.0}
         batch = {**self.current[self.micro], "epoch": self.steps_begun % cfg.epochs, "step_units": self.totals.units,
@@ -144,7 +146,7 @@ class RLStage(FromBaseStage[RLConfig]):
         return rollout_loss(model, batch, self.algo, self.ctx.cfg, self.ctx.env.world_size)
 
     def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"steps_begun": self.steps_begun}
+        state: dict[str, Any] = {"steps_begun": self.steps_begun, "reward_failures": self.reward_failures}
         if self.steps_begun % self.ctx.cfg.epochs and self.current:  # mid-round: the round's rollouts
             state["current"] = [{k: v.cpu() for k, v in b.items()} for b in self.current]
             state["step_units"], state["step_tokens"] = self.totals.units, self.totals.tokens
@@ -156,6 +158,7 @@ class RLStage(FromBaseStage[RLConfig]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.steps_begun = int(state["steps_begun"])
+        self.reward_failures = int(state.get("reward_failures", 0))  # absent from runs saved before it was counted
         self.micro = 0
         if "current" in state:
             self.current = [{k: v.to(self.ctx.device) for k, v in b.items()} for b in state["current"]]
@@ -177,4 +180,8 @@ class RLStage(FromBaseStage[RLConfig]):
     def finish(self, model: nn.Module, checkpoint: Path | None) -> str | None:
         with contextlib.suppress(TinyLMError, OSError):  # a run that logged nothing has nothing to draw
             plot_rl_runs([self.ctx.run_dir])
+        if self.reward_failures:
+            first = self.rollouts.first_failure
+            self.ctx.say(f"reward failures: {self.reward_failures:,} sample(s) scored 0 (--reward-errors zero)"
+                         + (f"; first: {first}" if first else ""))
         return super().finish(model, checkpoint)  # a LoRA run's merged copy, the held-out samples

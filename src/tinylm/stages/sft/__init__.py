@@ -1,7 +1,7 @@
 """Supervised fine-tuning as a stage: learn the assistant's side of conversations (`tinylm sft`).
 
 `config.py` holds `SFTConfig` (what `tinylm sft` can be told beyond the shared post-training
-options), `data.py` reads conversations from a JSONL file, `builtin:TASK` or `hf:NAME`, and
+options), `data.py` reads conversations from a file (JSONL, JSON array, CSV), `builtin:TASK` or `hf:NAME`, and
 `stage.py` is the `Stage` the one engine runs: chat-format rows with a loss mask, packed, and the
 masked cross-entropy.
 

@@ -2,8 +2,9 @@
 
 The base model continues text; SFT teaches it a turn structure. Each conversation is rendered by
 the chat format into ids and a loss mask (1 on assistant content and the end-of-turn token that
-closes it, so the model learns what to say *and* when to stop), packed several to a row, and the
-loss is the cross-entropy summed over masked-in targets only:
+closes it, so the model learns what to say *and* when to stop), split at turn boundaries when it is
+longer than a row (`data/turn_windows.py`), packed several to a row, and the loss is the
+cross-entropy summed over masked-in targets only:
 
     L = - sum_{t : mask_t = 1} log p(x_t | x_<t, same conversation)   /   #{t : mask_t = 1}
 
@@ -22,8 +23,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinylm.data.packing import IGNORE, as_tensors, count_truncated, pack, padding_waste, unpacked
+from tinylm.data.packing import IGNORE, as_tensors, pack, padding_waste, unpacked
 from tinylm.data.row_loader import RowLoader
+from tinylm.data.turn_windows import TurnWindows, conversation_windows
 from tinylm.errors import TinyLMError
 from tinylm.runtime.device import autocast
 from tinylm.runtime.distributed import all_reduce_sum
@@ -32,6 +34,17 @@ from tinylm.stages.sft.config import SFTConfig
 from tinylm.stages.sft.data import load_conversations
 from tinylm.tasks.registry import get_task
 from tinylm.train.stage import Batch, StageLoss
+
+
+def _split_note(long: int, pieces: TurnWindows) -> str:
+    """What splitting conversations longer than a row did, for the run header ("" when none was)."""
+    note = f"; {long:,} longer than a row split at turn boundaries into {len(pieces.examples):,} pieces" if long else ""
+    if pieces.cut:
+        note += (f"; {pieces.cut:,} turn(s) longer than a row cut: {pieces.dropped_tokens:,} assistant tokens "
+                 "dropped")
+    if pieces.left_out:
+        note += f"; {pieces.left_out:,} prompt turn(s) left out: no room beside their answer"
+    return note
 
 
 class SFTStage(FromBaseStage[SFTConfig]):
@@ -59,9 +72,13 @@ class SFTStage(FromBaseStage[SFTConfig]):
         loaded = load_conversations(spec, "train", seed=cfg.seed, on_error=cfg.on_error)
         if loaded.skipped:
             self.ctx.say(f"skipped {len(loaded.skipped)} malformed row(s) of {spec}; first: {loaded.skipped[0]}")
+        for note in loaded.notes:
+            self.ctx.say(note)
         if cfg.eval_data:
-            dev = load_conversations(cfg.eval_data, "test", seed=cfg.seed, on_error=cfg.on_error).conversations
-            return loaded.conversations, dev
+            held = load_conversations(cfg.eval_data, "test", seed=cfg.seed, on_error=cfg.on_error)
+            for note in held.notes:
+                self.ctx.say(note)
+            return loaded.conversations, held.conversations
         train = [c for c in loaded.conversations if not held_out(c, cfg.dev_fraction)]
         dev = [c for c in loaded.conversations if held_out(c, cfg.dev_fraction)]
         if not train:
@@ -69,14 +86,20 @@ class SFTStage(FromBaseStage[SFTConfig]):
         return train, dev
 
     def _rows(self, conversations: list[list[dict[str, str]]], split: str) -> tuple[dict[str, torch.Tensor], str]:
-        """Rendered, checked, packed (or padded) rows as tensors, and a line that says what happened."""
-        examples, nothing_to_learn = [], 0
+        """Rendered, checked, split (when longer than a row), packed (or padded) rows as tensors, and a line that
+        says what happened."""
+        examples, nothing_to_learn, long, pieces = [], 0, 0, TurnWindows()
         for messages in conversations:
             rendered = self.chat.render(messages)
             if rendered.n_learn == 0:
                 nothing_to_learn += 1  # counted and skipped, never silently trained on
-                continue
-            examples.append((rendered.ids, rendered.mask))
+            elif len(rendered.ids) <= self.seq_len + 1:
+                examples.append((rendered.ids, rendered.mask))
+            else:  # never cut after its first row: split at turn boundaries
+                long += 1
+                windows = conversation_windows(self.chat, messages, self.seq_len)
+                examples += windows.examples
+                pieces.add(windows)
         if not examples:
             if split == "dev":
                 return {}, "dev: no held-out conversations"
@@ -85,15 +108,13 @@ class SFTStage(FromBaseStage[SFTConfig]):
         eot = self.tokenizer.eot_id
         packed, padded = pack(examples, self.seq_len, eot), unpacked(examples, self.seq_len, eot)
         rows = packed if self.ctx.cfg.packing else padded
-        truncated = count_truncated(examples, self.seq_len)
-        line = (f"{split}: {len(examples):,} conversations -> {len(rows):,} rows of {self.seq_len} "
-                f"({'packed' if self.ctx.cfg.packing else 'one per row'}); padding {padding_waste(packed):.1%} "
-                f"packed vs {padding_waste(padded):.1%} one per row")
+        mode = "packed" if self.ctx.cfg.packing else "one per row"
+        line = (f"{split}: {len(conversations) - nothing_to_learn:,} conversations -> {len(rows):,} rows of "
+                f"{self.seq_len} ({mode}); padding {padding_waste(packed):.1%} packed vs "
+                f"{padding_waste(padded):.1%} one per row")
         if nothing_to_learn:
             line += f"; {nothing_to_learn} with nothing to learn skipped"
-        if truncated:
-            line += f"; {truncated} longer than a row truncated"
-        return as_tensors(rows), line
+        return as_tensors(rows), line + _split_note(long, pieces)
 
     # ---- batches and loss ----------------------------------------------------------------------
     def next_batch(self) -> Batch:
