@@ -173,3 +173,23 @@ def test_a_bad_reward_file_is_one_clear_line(tmp_path: Path, monkeypatch: pytest
     monkeypatch.chdir(tmp_path)
     with pytest.raises(TinyLMError, match=f"^{message}"):
         load_reward(spec, TASK)
+
+
+def test_a_reward_that_hangs_again_and_again_is_refused_before_threads_pile_up() -> None:
+    """With --reward-errors zero every timeout left a thread behind: past a few, the reward is refused."""
+    import threading
+
+    from tinylm.errors import TinyLMError
+    from tinylm.stages.rl import reward_calls
+
+    release = threading.Event()
+    try:
+        results = reward_calls.call_each(lambda: release.wait(30), [()] * (reward_calls.MAX_HUNG + 2), timeout=0.05)
+        with pytest.raises(TinyLMError, match="hung past --reward-timeout"):
+            for result in results:
+                assert isinstance(result, reward_calls.RewardTimeout)
+    finally:
+        release.set()  # let the abandoned calls finish, so no other test sees them
+        for thread in list(reward_calls._HUNG):
+            thread.join(timeout=5)
+        reward_calls._HUNG.clear()

@@ -194,7 +194,7 @@ def test_openai_content_parts_are_joined_text(tmp_path: Path) -> None:
     parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hello "},
                                                        {"type": "text", "text": "there"}]},
                           {"role": "assistant", "content": [{"type": "text", "text": "hi"}]}]}
-    assert messages_from_row(parts) == [{"role": "user", "content": "Hello there"},
+    assert messages_from_row(parts) == [{"role": "user", "content": "Hello \nthere"},  # as the server joins them
                                         {"role": "assistant", "content": "hi"}]
     image = {"messages": [{"role": "user", "content": [{"type": "text", "text": "What is this?"},
                                                        {"type": "image_url", "image_url": {"url": "x.png"}}]},

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from tinylm.tokenizer.chat_format import TEXT_PART_SEPARATOR
+
 
 class APIError(Exception):
     """An error to send as {"error": {"message", "type", "param", "code"}} with `status`."""
@@ -83,7 +85,7 @@ class ChatMessage(BaseModel):
             if part.text is None:
                 raise APIError(400, f"message {number}: content part {index} is a text part without 'text'",
                                "messages")
-        return "\n".join(part.text or "" for part in self.content)
+        return TEXT_PART_SEPARATOR.join(part.text or "" for part in self.content)
 
 
 class ChatCompletionRequest(Sampling):

@@ -79,6 +79,9 @@ class FromBaseStage(Stage[PostConfigT]):
     def setup(self, ctx: StageContext[PostConfigT]) -> None:
         super().setup(ctx)
         cfg = ctx.cfg
+        if not cfg.base:  # the CLI fills a resumed run's base from its checkpoint; "" would resolve to "."
+            raise TinyLMError("--base is required: the checkpoint or run folder to start from (`tinylm "
+                              f"{self.name} --resume` reads it from the run)")
         self.base = resolve_checkpoint(cfg.base)  # a LoRA checkpoint loads as its base plus adapters
         self._prepare_tokenizer(ctx)
         self.seq_len = cfg.seq_len or self.mcfg.context_length

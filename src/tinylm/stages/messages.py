@@ -3,7 +3,7 @@
 SFT learns from whole conversations and preference pairs carry them as prompts and sides, so both
 check message lists here: known roles, text contents, and an assistant turn to learn from. A
 content is a string, or OpenAI's list of parts ([{"type": "text", "text": ...}, ...]) whose text
-parts are joined as they are (no separator, as chat templates render them); any other part (an
+parts are joined by a newline, as the server joins them (`chat_format.TEXT_PART_SEPARATOR`); any other part (an
 image, audio) is refused, since a text model cannot learn from it and dropping it would change
 what the message says.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tinylm.stages.row_error import RowError
+from tinylm.tokenizer.chat_format import TEXT_PART_SEPARATOR
 
 Message = dict[str, str]
 ROLES = ("system", "user", "assistant")
@@ -33,7 +34,7 @@ def _text(content: Any, role: str) -> str:
         if not isinstance(part.get("text"), str):
             raise RowError(f"a text part of a {role} message has no string 'text'")
         texts.append(part["text"])
-    return "".join(texts)
+    return TEXT_PART_SEPARATOR.join(texts)
 
 
 def checked_messages(messages: Any) -> list[Message]:

@@ -54,7 +54,7 @@ def json_rows(path: Path, text: Undecodable) -> Iterator[tuple[str, Any]]:
     except json.JSONDecodeError as error:
         if error.msg != "Extra data" or not decoded.lstrip().startswith("{"):  # else one object, then more: JSONL
             raise TinyLMError(f"{path}:{error.lineno}: malformed JSON ({error.msg} at column {error.colno})") from None
-        yield from _json_lines(path, enumerate(decoded.splitlines(), start=1))
+        yield from _json_lines(path, enumerate(decoded.split("\n"), start=1))
         return
     if not isinstance(data, list):
         raise TinyLMError(f"{path}: expected a JSON array of rows ([{{...}}, ...]) or one row per line, "

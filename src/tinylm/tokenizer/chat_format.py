@@ -27,6 +27,9 @@ from tinylm.tokenizer.chat_tokens import END_OF_TURN, ROLE_TOKENS
 from tinylm.tokenizer.tokenizer import Tokenizer
 
 ROLES = tuple(ROLE_TOKENS)
+# OpenAI-style content parts become one text, the text parts joined by this (as vLLM joins them), in training
+# data and in the server alike, so a conversation is the same ids wherever it comes from
+TEXT_PART_SEPARATOR = "\n"
 
 
 @dataclass(frozen=True)

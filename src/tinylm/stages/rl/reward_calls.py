@@ -21,7 +21,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from tinylm.errors import TinyLMError
+
 POLL_S = 0.05  # how often a waiting training thread looks at `should_stop`
+MAX_HUNG = 8  # reward threads left running past their timeout before the reward is refused
+_HUNG: list[threading.Thread] = []  # those threads, in this process
 
 
 class RewardTimeout(Exception):
@@ -42,7 +46,8 @@ class _Worker:
     def __init__(self, fn: Callable[..., Any], pairs: Sequence[tuple[Any, ...]], start: int) -> None:
         self.results: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
         self.cancelled = threading.Event()
-        threading.Thread(target=self._run, args=(fn, pairs, start), daemon=True, name="tinylm-reward").start()
+        self.thread = threading.Thread(target=self._run, args=(fn, pairs, start), daemon=True, name="tinylm-reward")
+        self.thread.start()
 
     def _run(self, fn: Callable[..., Any], pairs: Sequence[tuple[Any, ...]], start: int) -> None:
         for index in range(start, len(pairs)):
@@ -72,14 +77,23 @@ def _next_result(worker: _Worker, timeout: float | None, should_stop: Callable[[
 
 def call_each(fn: Callable[..., Any], pairs: Sequence[tuple[Any, ...]], timeout: float | None = None,
               should_stop: Callable[[], bool] = never) -> Iterator[Any]:
-    """fn(*pair) for each pair, in order: each result, or the exception it raised, or RewardTimeout."""
+    """fn(*pair) for each pair, in order: each result, or the exception it raised, or RewardTimeout.
+
+    A call past its timeout is left to its thread; past MAX_HUNG such threads alive in the process, the reward is
+    refused instead of starting another (a reward that hangs often would otherwise grow threads without end, and
+    run its calls side by side)."""
     index = 0
     while index < len(pairs):
+        _HUNG[:] = [thread for thread in _HUNG if thread.is_alive()]
+        if len(_HUNG) >= MAX_HUNG:
+            raise TinyLMError(f"the reward hung past --reward-timeout {timeout:g} s in {MAX_HUNG} calls that are still "
+                              "running: fix the reward, or raise --reward-timeout")
         worker = _Worker(fn, pairs, index)
         try:
             while index < len(pairs):
                 got = _next_result(worker, timeout, should_stop)
                 if got is None:  # this call hangs: leave it to its thread, carry on in a fresh one
+                    _HUNG.append(worker.thread)
                     yield RewardTimeout(f"took longer than {timeout:g} s (--reward-timeout)")
                     index += 1
                     break
