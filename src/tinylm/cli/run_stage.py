@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tinylm.cli.options import add_config_options, config_from_args
-from tinylm.cli.run_summary import before_after, print_outcome
+from tinylm.cli.run_summary import before_after, print_outcome, steps_and_loss
 from tinylm.errors import TinyLMError
 from tinylm.options import option_specs
 from tinylm.stages import StageSpec
@@ -68,9 +68,7 @@ def nothing_to_resume(resume: str, out: str | None) -> str:
 
 def print_scores(spec: StageSpec, summary: TrainSummary) -> None:
     """The closing lines of a stage: `done:` with its scores before -> after, then its checkpoint and plots."""
-    parts = [f"step {summary.steps}"]
-    if summary.final_loss is not None:
-        parts.append(f"train loss {summary.final_loss:.4f}")
+    parts = steps_and_loss(summary)
     print_outcome(summary, parts + before_after(summary, spec.scores),
                   [f"{'loss plot' if plot == 'loss.png' else 'curves'}: {os.path.join(summary.run_dir, plot)}"
                    for plot in spec.plots])

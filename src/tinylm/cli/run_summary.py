@@ -22,6 +22,14 @@ def first_evaluation(run_dir: str) -> dict[str, float]:
     return {}
 
 
+def steps_and_loss(summary: Any) -> list[str]:
+    """The opening parts of every `done:` line: the step reached and the last train loss."""
+    parts = [f"step {summary.steps}"]
+    if summary.final_loss is not None:
+        parts.append(f"train loss {summary.final_loss:.4f}")
+    return parts
+
+
 def before_after(summary: Any, shown: Shown) -> list[str]:
     """'label before -> after' for each shown metric the run's last evaluation has."""
     before, after = first_evaluation(summary.run_dir), summary.evaluation

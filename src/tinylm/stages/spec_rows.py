@@ -92,3 +92,9 @@ def read_rows(spec: str, split: str, parse: Callable[[Any], T], on_error: str, l
     text.check()
     read.notes += filter(None, [text.note()])
     return read
+
+
+def nothing_to_train(spec: str, what: str, skipped: list[str]) -> TinyLMError:
+    """The error for a spec that gave no rows: `SPEC: no WHAT to train on (N rows skipped, first: ...)`."""
+    detail = f" ({len(skipped)} rows skipped, first: {skipped[0]})" if skipped else ""
+    return TinyLMError(f"{spec}: no {what} to train on{detail}")

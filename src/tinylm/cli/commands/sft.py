@@ -21,7 +21,7 @@ import argparse
 import os
 
 from tinylm.cli.run_stage import add_stage_arguments, run_stage_command
-from tinylm.cli.run_summary import before_after, print_outcome
+from tinylm.cli.run_summary import before_after, print_outcome, steps_and_loss
 from tinylm.stages import STAGES
 from tinylm.train.loop import TrainSummary
 from tinylm.train.progress import format_si
@@ -35,9 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _print_summary(summary: TrainSummary) -> None:
-    parts = [f"step {summary.steps}"]
-    if summary.final_loss is not None:
-        parts.append(f"train loss {summary.final_loss:.4f}")
+    parts = steps_and_loss(summary)
     parts += before_after(summary, STAGE.scores)
     parts.append(f"{format_si(summary.tokens_per_s)} tokens/s")
     print_outcome(summary, parts, [f"loss plot: {os.path.join(summary.run_dir, 'loss.png')}",

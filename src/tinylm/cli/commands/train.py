@@ -26,6 +26,7 @@ import os
 import sys
 
 from tinylm.cli.run_stage import add_stage_arguments, run_stage_command
+from tinylm.cli.run_summary import steps_and_loss
 from tinylm.stages import STAGES
 from tinylm.train.loop import TrainSummary
 from tinylm.train.progress import format_si
@@ -39,9 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _print_summary(summary: TrainSummary) -> None:
-    parts = [f"step {summary.steps}"]
-    if summary.final_loss is not None:
-        parts.append(f"train loss {summary.final_loss:.4f}")
+    parts = steps_and_loss(summary)
     if summary.dev_loss is not None:
         parts.append(f"dev loss {summary.dev_loss:.4f} ({summary.dev_bpb:.3f} bits/byte)")
     parts.append(f"{format_si(summary.tokens_per_s)} tokens/s")

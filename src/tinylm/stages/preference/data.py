@@ -26,9 +26,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tinylm.errors import TinyLMError
 from tinylm.stages.messages import Message, checked_messages
-from tinylm.stages.spec_rows import RowError, check_on_error, read_rows
+from tinylm.stages.spec_rows import RowError, check_on_error, nothing_to_train, read_rows
 from tinylm.tasks.preference_pairs import preference_pairs
 from tinylm.tasks.registry import PREFIX as BUILTIN_PREFIX
 
@@ -166,6 +165,5 @@ def load_preferences(spec: str, split: str = "train", *, seed: int = 0, limit: i
         read = read_rows(spec, split, row_from_json, on_error, limit)
         loaded = PreferenceData(spec, read.parsed, read.skipped, read.notes)
     if not loaded.rows:
-        skipped = f" ({len(loaded.skipped)} rows skipped, first: {loaded.skipped[0]})" if loaded.skipped else ""
-        raise TinyLMError(f"{spec}: no preference pairs to train on{skipped}")
+        raise nothing_to_train(spec, "preference pairs", loaded.skipped)
     return loaded

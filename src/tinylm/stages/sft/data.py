@@ -26,7 +26,7 @@ from typing import Any
 
 from tinylm.errors import TinyLMError
 from tinylm.stages.messages import Message, checked_messages
-from tinylm.stages.spec_rows import RowError, check_on_error, read_rows
+from tinylm.stages.spec_rows import RowError, check_on_error, nothing_to_train, read_rows
 from tinylm.tasks.registry import PREFIX as BUILTIN_PREFIX
 from tinylm.tasks.registry import get_task
 
@@ -103,6 +103,5 @@ def load_conversations(
         read = read_rows(spec, split, messages_from_row, on_error, limit)
         loaded = Conversations(spec, read.parsed, read.skipped, read.notes)
     if not loaded.conversations:
-        skipped = f" ({len(loaded.skipped)} rows skipped, first: {loaded.skipped[0]})" if loaded.skipped else ""
-        raise TinyLMError(f"{spec}: no conversations to train on{skipped}")
+        raise nothing_to_train(spec, "conversations", loaded.skipped)
     return loaded
