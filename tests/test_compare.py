@@ -114,7 +114,11 @@ def test_compare_equal_time_budget(data_dir: Path, tmp_path: Path) -> None:
                                                                                               "data": str(data_dir)}))
     summaries = [r["summary"] for r in result["runs"]]
     assert [s["stopped"] for s in summaries] == ["time_budget", "time_budget"]
-    assert result["train"]["schedule"] == "constant"
+    assert result["train"]["schedule"] == "cosine"  # planned against the seconds: it decays inside the budget
+    for run in ("classic-seed1", "modern-seed1"):
+        lrs = [json.loads(line)["lr"] for line in (tmp_path / "runs" / run / "metrics.jsonl").read_text().splitlines()
+               if '"lr"' in line]
+        assert lrs[-1] < 0.5 * max(lrs), (run, lrs[-3:])
 
 
 def test_a_read_only_out_is_refused_before_any_training(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

@@ -86,19 +86,25 @@ def _road(tmp_path: Path, **changes: Any) -> Path:
     return file
 
 
-def _pipeline(file: Path, out: Path) -> dict[str, Any]:
+def _pipeline(file: Path, out: Path, *flags: str) -> dict[str, Any]:
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        assert main(["pipeline", str(file), "--out", str(out), "--no-progress", "--json"]) == 0
+        assert main(["pipeline", str(file), "--out", str(out), "--no-progress", "--json", *flags]) == 0
     return json.loads(buffer.getvalue().strip().splitlines()[-1])
 
 
 def test_micro_pipeline_runs_every_stage_then_skips_them(tmp_path: Path) -> None:
     out = tmp_path / "road"
-    result = _pipeline(_road(tmp_path), out)
+    result = _pipeline(_road(tmp_path), out, "--seed", "4", "--dtype", "fp32")
     assert [r["stage"] for r in result["rows"]] == ["pretrain", "sft", "dpo", "grpo"]
+    assert result["held_out"] == 4  # the gains' n: [eval] examples
+    assert result["rows"][0]["gain"] is None and result["rows"][1]["gain"]["paired"]
+    for stage in ("pretrain", "sft", "dpo", "grpo"):  # the flags reach every stage (RL's fp32 is its own)
+        train = read_checkpoint_config(list_checkpoints(out / stage)[-1])["train"]
+        assert train["seed"] == 4 and train["dtype"] == "fp32", (stage, train["seed"], train["dtype"])
     assert result["ran"] == ["prepare", "pretrain", "sft", "dpo", "grpo", "eval"]
     task = "builtin:arith?digits=1&ops=+"
+    assert [len(r["outcomes"][task]) for r in result["rows"]] == [4, 4, 4, 4]  # every problem's verdict, paired
     for row in result["rows"]:
         assert {"bpb", task, f"prefs:{task}"} <= set(row["scores"])
         assert (out / row["stage"] / "report.html").is_file()  # each stage's own card, with its eval scores
@@ -107,7 +113,7 @@ def test_micro_pipeline_runs_every_stage_then_skips_them(tmp_path: Path) -> None
     assert [link["stage"] for link in lineage] == ["pretrain", "sft", "dpo", "rl"]
     card = (out / "report.md").read_text()
     assert "## Stage table" in card and "| grpo |" in card
-    again = _pipeline(_road(tmp_path), out)
+    again = _pipeline(_road(tmp_path), out, "--seed", "4", "--dtype", "fp32")
     assert again["ran"] == [] and again["rows"] == result["rows"]
 
 
@@ -138,6 +144,7 @@ def test_an_unfinished_stage_resumes_and_changed_settings_are_refused(tmp_path: 
     ("[sft]\nbase = 'x'\n", "[sft] base is set by the pipeline"),
     ("[grpo]\ngroup_size = 'four'\n", "[grpo] group_size = 'four': expected int"),
     ("stages = ['pretrain', 'dpo']\n", "stages must be a prefix"),
+    ("dtype = 'fp8'\n", "dtype = 'fp8': choose one of auto, fp32, bf16, fp16"),
 ])
 def test_a_bad_pipeline_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
                                          expected: str) -> None:
@@ -157,6 +164,7 @@ def test_the_default_road_is_made_of_real_stage_options() -> None:
 
 
 @pytest.mark.parametrize("given", [["--out", "OUT", "--threads", "1", "--no-progress"], [],
+                                   ["--out", "OUT", "--seed", "4", "--dtype", "fp32"],
                                    ["--config", "OPTIONS", "--out", "OUT", "--threads", "2", "--no-progress"]])
 def test_an_interrupted_pipeline_names_the_exact_command_that_resumes_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, given: list[str]) -> None:
@@ -174,3 +182,35 @@ def test_an_interrupted_pipeline_names_the_exact_command_that_resumes_it(
     assert main(["pipeline", *args]) == 130
     hint = capsys.readouterr().out.strip().splitlines()[-1]
     assert shlex.split(hint.split("`")[1]) == ["tinylm", "pipeline", *args]
+
+
+def test_a_gain_is_paired_over_the_same_problems_with_its_95_percent_interval() -> None:
+    import numpy as np
+
+    from tinylm.pipeline.gains import paired_gain, stage_gains, unpaired_gain
+    from tinylm.pipeline.table import table_rows
+
+    rng = np.random.default_rng(0)
+    before = rng.random(1000) < 0.6
+    after = np.where(rng.random(1000) < 0.8, before, rng.random(1000) < 0.9)  # mostly the same answers
+    as_text = ["".join("1" if v else "0" for v in x) for x in (before, after)]
+    gain = paired_gain(*as_text)
+    d = after.astype(float) - before.astype(float)  # the per-problem differences, by numpy
+    assert gain.points == pytest.approx(d.mean()) and gain.paired
+    assert gain.interval == pytest.approx(1.959964 * d.std() / np.sqrt(d.size))
+    wide = unpaired_gain(before.mean(), after.mean(), 1000)
+    assert wide.interval == pytest.approx(1.959964 * np.sqrt((before.mean() * (1 - before.mean())
+                                                              + after.mean() * (1 - after.mean())) / 1000))
+    assert gain.interval < wide.interval / 2  # pairing removes the noise the two models share
+    assert paired_gain("1100", "1011").format() == "+25.0 ± 81.3"  # b = 2, c = 1, n = 4
+    assert unpaired_gain(0.30, 0.40, 1000).format() == "+10.0 ± 4.2"
+    assert not paired_gain("10", "01").beyond_noise
+    with pytest.raises(ValueError):
+        paired_gain("10", "1")
+    task = "builtin:arith?digits=2&ops=+"
+    rows = [{"stage": s, "steps": 1, "wall_s": 1.0, "scores": {task: {"exact_match": e}}}
+            for s, e in (("pretrain", 0.0), ("sft", 0.3), ("dpo", 0.4))]
+    assert stage_gains(rows, task, held_out=None) == [None, None, None]  # no outcomes, no n: no claim
+    header, cells = table_rows(rows, task, held_out=1000)  # no outcomes: the unpaired interval
+    assert header[:3] == ["stage", "exact-match", "gain"]
+    assert [c[2] for c in cells] == ["", "+30.0 ± 2.8", "+10.0 ± 4.2"]

@@ -3,8 +3,9 @@
 Every candidate is trained by the one training engine, `tinylm.train.loop.run_training`, with the
 same TrainConfig except the model: same data folder, same batch, same seeds, and the same budget,
 either equal steps (hence equal tokens) or equal wall-clock seconds. With a time budget the number
-of steps is not known in advance, so those runs use a constant learning rate after warm-up rather
-than a schedule that would need it. Results go into `--out`:
+of steps is not known in advance: the engine plans the schedule against the seconds instead
+(train/schedule.py), so every candidate decays inside the same budget however fast its steps are.
+Results go into `--out`:
 
 - compare.md: per candidate, parameters (total and active per token), training tokens/s, final
   dev loss and bits per byte, as mean ± standard deviation over the seeds;
@@ -111,8 +112,7 @@ def run_compare(opts: CompareOptions, say=lambda line: None) -> dict[str, Any]:
     out = Path(opts.out)
     candidates = candidates_for(opts.preset, opts.archs, opts.variants, opts.overrides)
     budget: dict[str, Any] = ({"max_steps": opts.steps} if opts.steps is not None else
-                              {"max_steps": MAX_STEPS_FOR_TIME_BUDGET, "time_budget": opts.time_budget,
-                               "schedule": "constant"})
+                              {"max_steps": MAX_STEPS_FOR_TIME_BUDGET, "time_budget": opts.time_budget})
     base = TrainConfig(preset=opts.preset, progress=True, sample_tokens=0, **{**opts.train, **budget})
     check_writable(out)  # before any training, not after it
     runs: list[dict[str, Any]] = []

@@ -35,6 +35,7 @@ class ExactMatch:
     correct: int
     total: int
     samples: list[tuple[str, str, bool]] = field(default_factory=list)  # (prompt, response, verified)
+    verdicts: list[bool] = field(default_factory=list)  # every problem's, in order
 
     @property
     def accuracy(self) -> float:
@@ -66,7 +67,7 @@ def exact_match(model: nn.Module, chat: ChatFormat, task: Task, examples: Sequen
     replies = generate_replies(model, chat, [e.prompt for e in examples], max_new_tokens)
     verdicts = [task.verify(reply, example) for reply, example in zip(replies, examples, strict=True)]
     samples = [(e.prompt[-1]["content"], r, v) for e, r, v in zip(examples, replies, verdicts)][:keep_samples]
-    return ExactMatch(sum(verdicts), len(examples), samples)
+    return ExactMatch(sum(verdicts), len(examples), samples, verdicts)
 
 
 @dataclass

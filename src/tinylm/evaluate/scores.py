@@ -39,9 +39,14 @@ class Evaluation:
             table["core"] = {"core": self.core}
         return table
 
+    def outcomes(self) -> dict[str, str]:
+        """Per-problem verdicts of the exact-match tasks ('1'/'0' in order): what pairs two models' scores."""
+        return {r.task: r.outcomes for r in self.results if r.outcomes}
+
     def to_dict(self) -> dict[str, Any]:
         return {"checkpoint": self.checkpoint, "step": self.step, "stage": self.stage, "scores": self.scores(),
-                "samples": {r.task: r.samples for r in self.results if r.samples}, "options": self.options,
+                "samples": {r.task: r.samples for r in self.results if r.samples}, "outcomes": self.outcomes(),
+                "options": self.options,
                 "wall_s": self.wall_s, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 

@@ -84,6 +84,7 @@ class TaskResult:
     metrics: dict[str, float]
     samples: list[dict[str, Any]] = field(default_factory=list)
     chance: float | None = None  # multiple choice: the accuracy of guessing (for `core`)
+    outcomes: str = ""  # exact-match: '1'/'0' per problem in order, so two models' scores can be paired
 
 
 class EvalTask(ABC):
@@ -121,7 +122,7 @@ class Generative(EvalTask):
                                 options.samples or 2 * k, options.temperature, options.seed)
             metrics[f"pass@{k}"] = sampled.score
         samples = [{"prompt": p, "reply": r, "ok": ok} for p, r, ok in score.samples]
-        return TaskResult(self.spec, metrics, samples)
+        return TaskResult(self.spec, metrics, samples, outcomes="".join("1" if v else "0" for v in score.verdicts))
 
 
 @dataclass

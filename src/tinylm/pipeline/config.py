@@ -32,6 +32,7 @@ from tinylm.errors import TinyLMError
 from tinylm.evaluate.tasks import EvalOptions
 from tinylm.options import option_specs
 from tinylm.options_file import load_options_file
+from tinylm.runtime.device import DTYPES
 from tinylm.stages import STAGES as STAGES_TABLE
 from tinylm.stages import StageSpec
 
@@ -39,25 +40,27 @@ from tinylm.stages import StageSpec
 ROAD: tuple[tuple[str, str], ...] = (("pretrain", "pretrain"), ("sft", "sft"), ("dpo", "dpo"), ("grpo", "rl"))
 STAGES = tuple(slot for slot, _ in ROAD)
 WIRED = ("base", "out", "resume", "data", "task")  # set by the pipeline: each stage starts from the one before
-TOP_LEVEL = ("out", "task", "seed", "threads", "stages")
+TOP_LEVEL = ("out", "task", "seed", "threads", "dtype", "stages")
 DEFAULT_TASK = "builtin:arith?digits=2&ops=+"
 
-# The default road: the tiny model, about 12 minutes on two CPU cores (measured in docs/pipeline-command.md).
-# Two-digit sums hold out ~1,100 problems, so a stage's gain is measured, not one problem's luck.
-# SFT stops at a quarter of a 2,000-step schedule (~30% held-out): left to run, SFT alone reaches 99% on
-# this task, and the road is here to show what each later stage adds. DPO is RPO (DPO + the chosen
-# answer's NLL): plain DPO lowers both answers' likelihood on this task and loses exact-match.
+# The default road: the tiny model, about 11 minutes on two CPU cores (measured for three seeds in
+# docs/pipeline-command.md). Two-digit sums hold out ~1,100 problems and eval scores 1,000 of them, each
+# stage's gain given with the paired 95% interval of its measurement (gains.py). Every stage runs its whole
+# schedule: none is cut short to leave the next something to do. SFT runs 1,500 steps because the seeds
+# learn the sums at different times and GRPO started below ~60% can collapse (docs/posttrain/rl.md): after
+# 1,500 every seed measured is at 76-98%. DPO is RPO (DPO + the chosen answer's NLL): plain DPO lowers both
+# answers' likelihood on this task. GRPO's WSD schedule decays over its last 20%, which settles the policy.
 DEFAULTS: dict[str, dict[str, Any]] = {
     "prepare": {},
     "pretrain": dict(preset="tiny", arch="modern", max_steps=600, batch_size=16, eval_every=200, eval_batches=10,
                      checkpoint_every=100, sample_tokens=0),
-    "sft": dict(max_steps=500, schedule_steps=2000, batch_size=32, seq_len=64, eval_every=100, eval_examples=200,
-                checkpoint_every=100, max_new_tokens=8),
-    "dpo": dict(loss="rpo", max_steps=60, batch_size=16, seq_len=48, lr=1e-4, eval_every=30, eval_examples=200,
-                checkpoint_every=30, max_new_tokens=8, train_examples=2000),
-    "grpo": dict(max_steps=1000, batch_size=16, group_size=8, lr=1e-4, beta=0.0, max_new_tokens=6,
-                 eval_every=100, eval_examples=200, checkpoint_every=100),
-    "eval": dict(examples=500, bpb_batches=10, max_new_tokens=8),
+    "sft": dict(max_steps=1500, batch_size=32, seq_len=64, eval_every=100, eval_examples=200, checkpoint_every=100,
+                max_new_tokens=8),
+    "dpo": dict(loss="rpo", max_steps=1000, batch_size=16, seq_len=48, lr=1e-4, eval_every=250, eval_examples=200,
+                checkpoint_every=250, max_new_tokens=8, train_examples=20_000),
+    "grpo": dict(max_steps=1500, batch_size=16, group_size=8, lr=1e-4, beta=0.0, max_new_tokens=6, schedule="wsd",
+                 decay_fraction=0.2, eval_every=100, eval_examples=200, checkpoint_every=100),
+    "eval": dict(examples=1000, bpb_batches=10, max_new_tokens=8),
 }
 
 
@@ -82,6 +85,7 @@ class PipelineConfig:
     task: str = DEFAULT_TASK
     seed: int = 1337
     threads: int | None = None
+    dtype: str | None = None  # every stage's --dtype but the RL slot's (fp32: sampling and training log-probs agree)
     stages: list[str] = field(default_factory=lambda: list(STAGES))  # a prefix of STAGES: where the road ends
     sections: dict[str, dict[str, Any]] = field(default_factory=lambda: {k: dict(v) for k, v in DEFAULTS.items()})
 
@@ -130,6 +134,8 @@ def parse_pipeline_config(table: dict[str, Any], where: str = "pipeline config")
         else:
             raise TinyLMError(f"{where}: unknown key {key!r} (known: {', '.join(TOP_LEVEL)}, "
                               f"and the tables [{'], ['.join(DEFAULTS)}])")
+    if config.dtype is not None and config.dtype not in DTYPES:
+        raise TinyLMError(f"{where}: dtype = {config.dtype!r}: choose one of {', '.join(DTYPES)}")
     if not isinstance(config.stages, list) or config.stages != list(STAGES[:len(config.stages)]) \
             or not config.stages:
         raise TinyLMError(f"{where}: stages must be a prefix of {list(STAGES)}, got {config.stages!r}")

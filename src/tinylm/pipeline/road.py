@@ -19,8 +19,9 @@ from tinylm.checkpoint import list_checkpoints
 from tinylm.errors import TinyLMError
 from tinylm.evaluate.report_card import write_report_card
 from tinylm.evaluate.scores import evaluate_checkpoint, record
-from tinylm.evaluate.tasks import EvalOptions, parse_tasks
+from tinylm.evaluate.tasks import EvalOptions, Generative, parse_tasks
 from tinylm.pipeline.config import PipelineConfig
+from tinylm.pipeline.gains import stage_gains
 from tinylm.pipeline.stages import UNSTABLE, prepare_data, settings_of, stage_config, stage_object
 from tinylm.pipeline.state import PipelineState
 from tinylm.train.loop import run_training
@@ -36,6 +37,7 @@ class PipelineResult:
     ran: list[str] = field(default_factory=list)  # steps run (or resumed) by this invocation
     skipped: list[str] = field(default_factory=list)
     stopped: str | None = None  # a stage that did not finish (interrupted, nan)
+    held_out: int | None = None  # the held-out problems exact-match was measured on (the gains' n)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,29 +94,40 @@ class _Road:
             return None
         return self.state.finish(name, checkpoint=summary.checkpoint, steps=summary.steps)
 
-    def evaluate(self, trained: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
-
+    def eval_options(self) -> tuple[list[str], EvalOptions]:
         section = dict(self.config.section("eval"))
         extra = list(section.pop("tasks", []))
         specs = ["bpb", self.config.task, f"prefs:{self.config.task}", *extra]
-        options = EvalOptions(**{"seed": self.config.seed, **section})
+        return specs, EvalOptions(**{"seed": self.config.seed, **section})
+
+    def held_out(self) -> int | None:
+        """How many held-out problems the task's exact-match is measured on (at most --examples)."""
+        _, options = self.eval_options()
+        task = parse_tasks(self.config.task)[0]
+        return len(task.task.examples("test", options.examples, options.seed)) if isinstance(task, Generative) \
+            else None
+
+    def evaluate(self, trained: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Per stage: its scores and its per-problem exact-match outcomes (what pairs the gains)."""
+        specs, options = self.eval_options()
         settings = {"tasks": specs, "options": asdict(options),
                     "checkpoints": {name: [r["checkpoint"], r["finished_at"]] for name, r in trained.items()}}
         done = self.state.finished("eval", settings, derived=True)
-        if done is not None:
+        if done is not None and "outcomes" in done:  # a record from before the outcomes were kept runs again
             self.skipped.append("eval")
-            return done["scores"]
+            return {"scores": done["scores"], "outcomes": done["outcomes"]}
         tasks = parse_tasks(",".join(specs))
         self.state.begin("eval", settings, self.out)
-        scores = {}
+        scores, outcomes = {}, {}
         start = time.perf_counter()
         for name, record_ in trained.items():
             self.say(f"== eval {name}: {record_['checkpoint']}")
             evaluation = evaluate_checkpoint(record_["checkpoint"], tasks, options)
             write_report_card(record(evaluation))
-            scores[name] = evaluation.scores()
+            scores[name], outcomes[name] = evaluation.scores(), evaluation.outcomes()
         self.ran.append("eval")
-        return self.state.finish("eval", scores=scores, wall_s=time.perf_counter() - start)["scores"]
+        done = self.state.finish("eval", scores=scores, outcomes=outcomes, wall_s=time.perf_counter() - start)
+        return {"scores": done["scores"], "outcomes": done["outcomes"]}
 
 
 def run_pipeline(config: PipelineConfig, say: Callable[[str], None] = print, progress: bool = True
@@ -131,9 +144,13 @@ def run_pipeline(config: PipelineConfig, say: Callable[[str], None] = print, pro
             return PipelineResult(str(road.out), [], time.perf_counter() - start, road.ran, road.skipped, name)
         trained[name] = finished
         base = Path(finished["checkpoint"])
-    scores = road.evaluate(trained)
+    measured = road.evaluate(trained)
     rows = [{"stage": name, "checkpoint": r["checkpoint"], "steps": r["steps"], "wall_s": r["wall_s"],
-             "scores": scores.get(name, {})} for name, r in trained.items()]
+             "scores": measured["scores"].get(name, {}), "outcomes": measured["outcomes"].get(name, {})}
+            for name, r in trained.items()]
+    held_out = road.held_out()
+    for row, gain in zip(rows, stage_gains(rows, config.task, held_out), strict=True):
+        row["gain"] = gain.to_dict() if gain else None
     steps = road.state.steps
     total = sum(float(steps[s].get("wall_s", 0.0)) for s in ("prepare", *config.stages, "eval") if s in steps)
-    return PipelineResult(str(road.out), rows, total, road.ran, road.skipped)
+    return PipelineResult(str(road.out), rows, total, road.ran, road.skipped, held_out=held_out)

@@ -46,7 +46,8 @@ def stage_config(name: str, pipeline: PipelineConfig, folder: Path, data: Path |
         wired[spec.learns_from] = pipeline.task
     else:
         wired["data"] = str(data)
-    return spec.config(**{**pipeline.section(name), **wired})
+    shared = {"dtype": pipeline.dtype} if pipeline.dtype and spec.name != "rl" else {}  # a table's own wins
+    return spec.config(**{**shared, **pipeline.section(name), **wired})
 
 
 def settings_of(config: Any) -> dict[str, Any]:

@@ -1,13 +1,13 @@
 """The stage table: one row per stage's model, the same measurements in every row, so the gains read down.
 
-    stage     exact-match  pref. acc  bpb    steps  wall
-    pretrain  (the task's held-out exact-match, preference accuracy on its held-out pairs, bits per
-    sft        byte on the pretraining corpus's dev split; the stage's steps and wall time)
-    dpo
+    stage     exact-match  gain          pref. acc  bpb    steps  wall
+    pretrain  (the task's held-out exact-match, its change from the stage before with the 95% interval
+    sft        of that change from sampling the held-out problems, preference accuracy on held-out pairs,
+    dpo        bits per byte on the pretraining corpus's dev split; the stage's steps and wall time)
     grpo
 
-It is printed at the end of `tinylm pipeline` and heads OUT/report.md and OUT/report.html, followed by
-the final model's own report card.
+A gain whose interval excludes zero (`+12.4 ± 3.6`) is beyond the noise of the measurement: see
+gains.py for the paired interval.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.evaluate.report_card import Section, gather, write_card
+from tinylm.pipeline.gains import stage_gains
 
 COLUMNS = (("exact-match", "exact_match", "{:.1%}"), ("pref. acc", "preference_accuracy", "{:.1%}"),
            ("bpb", "bpb", "{:.3f}"))
@@ -25,17 +26,21 @@ def _minutes(seconds: float) -> str:
     return f"{int(seconds // 60)}m {int(seconds % 60):02d}s"
 
 
-def table_rows(rows: list[dict[str, Any]], task: str) -> tuple[list[str], list[list[str]]]:
-    """(header, cells): exact-match on `task`, preference accuracy on its pairs, bpb on the pretraining corpus."""
-    header = ["stage", *(name for name, _, _ in COLUMNS), "steps", "wall"]
+def table_rows(rows: list[dict[str, Any]], task: str, held_out: int | None = None
+               ) -> tuple[list[str], list[list[str]]]:
+    """(header, cells): exact-match on `task` and its gain over the row before (gains.py; `held_out` problems
+    when the rows lack per-problem outcomes), preference accuracy on its pairs, bpb on the pretraining corpus."""
+    names = [name for name, _, _ in COLUMNS]
+    header = ["stage", names[0], "gain", *names[1:], "steps", "wall"]
     sources = {"exact_match": task, "preference_accuracy": f"prefs:{task}", "bpb": "bpb"}
     cells = []
-    for row in rows:
+    for row, gain in zip(rows, stage_gains(rows, task, held_out), strict=True):
         values = []
         for _, metric, fmt in COLUMNS:
             value = row["scores"].get(sources[metric], {}).get(metric)
             values.append(fmt.format(value) if value is not None else "")
-        cells.append([row["stage"], *values, str(row["steps"]), _minutes(row["wall_s"])])
+        cells.append([row["stage"], values[0], gain.format() if gain else "", *values[1:], str(row["steps"]),
+                      _minutes(row["wall_s"])])
     return header, cells
 
 

@@ -41,6 +41,7 @@ from tinylm.train.optim import members
 from tinylm.train.plot import plot_runs
 from tinylm.train.progress import Progress
 from tinylm.train.run_checkpoint import RunCheckpoints, restore_rank_rng
+from tinylm.train.run_clock import RunClock
 from tinylm.train.run_lock import RunLock
 from tinylm.train.run_setup import (
     acquire_run_lock,
@@ -79,6 +80,12 @@ def run_training(config: TrainConfig | None, *, stage: Stage, **changes: Any) ->
         torch.set_num_threads(threads)  # --threads is for this run, not for the caller's process
         if owns_group:
             cleanup(env, graceful)
+
+
+def forwarded_tokens(stage: Stage, batches: list[Any], planned: int) -> int:
+    """This rank's tokens through the forward this step: what tokens/s and MFU count. A stage whose rows are
+    cut shorter than seq_len (rollouts, pairs) says how many; the `planned` batch x seq_len otherwise."""
+    return sum(planned if n is None else n for n in (stage.batch_tokens(b) for b in batches))
 
 
 class _Run:
@@ -163,6 +170,7 @@ class _Run:
         self.checkpoints = RunCheckpoints(cfg, env, stage, self.run_dir, self.raw, self.mcfg, self.optimizer,
                                           self.scaler, self.schedule, self.choices, self.say)
         self.step, self.tokens = 0, 0
+        self.clock = RunClock.resumed(self.state if point.resume is not None else None)
         if point.resume is not None and self.state is not None:
             self.step, self.tokens = self.checkpoints.restore(self.state, point.resume)
         self.peak = peak_flops(self.device, self.choices.dtype)
@@ -183,6 +191,7 @@ class _Run:
             self.say(mkl)
         for line in self.choices.header_lines():
             self.say(line)
+        self.say(self.schedule.describe())
         if self.ckpt is not None and self.state is not None:
             self.say(f"resumed from {self.ckpt} at step {self.step}")
 
@@ -196,15 +205,18 @@ class _Run:
         evaluated_at = -1
         window_tokens, window_time, total_train_time, total_tokens = 0.0, 0.0, 0.0, 0.0
         tokens_per_s, mfu = 0.0, None
-        last_step_time = 0.0
-        stopped = budget_reached(cfg, self.step, self.tokens)
+        last_step_time = self.clock.step_seconds
+        stopped = budget_reached(cfg, self.step, self.tokens, self.clock.planned_end())
         if stage.evaluate_at_start and self.state is None:
             evaluation = self._evaluate(logger)  # step 0: where the run starts from
         restore_rank_rng(self.state, env.rank)  # last, so nothing in setup can shift the random streams
-        loop_start = time.perf_counter()
+        clock = self.clock
+        clock.begin(time.perf_counter())
         while stopped is None:
             t0 = time.perf_counter()
-            apply_lr(self.optimizer, self.schedule.factor(self.step))
+            # under a time budget the lr follows the clock where it leads: rank 0's clock, which every rank got
+            # with the last step's flags (the last step predicts how long this one takes)
+            apply_lr(self.optimizer, self.schedule.factor(self.step, clock.planned_end()))
             try:
                 batches = [stage.next_batch() for _ in range(cfg.grad_accum)]
             except StepInterrupted:  # Ctrl-C while the step waited on work it can drop (an RL reward)
@@ -223,18 +235,20 @@ class _Run:
                     self.scaler.unscale_(member)
             grad_norm = clip_gradients(params, cfg.grad_clip)
             # stop when the next step would end past the budget (the last full step predicts its length)
-            over_time = (cfg.time_budget is not None and env.is_main
-                         and time.perf_counter() - loop_start + last_step_time > cfg.time_budget)
+            now = clock.at(time.perf_counter() if cfg.time_budget is not None else t0)  # no extra reading unasked
+            over_time = cfg.time_budget is not None and env.is_main and now + last_step_time > cfg.time_budget
             names = sorted(metric_sums)
             ws = float(env.world_size)
-            forwarded = self._forwarded_tokens(batches)
+            forwarded = forwarded_tokens(stage, batches, planned=cfg.batch_size * self.seq_len)
             flags = torch.stack([loss_sum / weight, *(metric_sums[k] / weight for k in names),
                                  torch.tensor(float(forwarded), device=self.device),
                                  grad_norm.float().to(self.device) / ws,
                                  torch.tensor(float(stop.requested is not None) / ws, device=self.device),
-                                 torch.tensor(float(over_time) / ws, device=self.device)])
+                                 torch.tensor(float(over_time) / ws, device=self.device),
+                                 torch.tensor(now if env.is_main else 0.0, device=self.device)])
             reduced = all_reduce_sum(flags, env).tolist()
-            loss_value, *metric_values, step_tokens, norm_value, interrupted, out_of_time = reduced
+            loss_value, *metric_values, step_tokens, norm_value, interrupted, out_of_time, agreed = reduced
+            clock.agree(agreed)
             if not math.isfinite(loss_value) or (self.scaler is None and not math.isfinite(norm_value)):
                 self.optimizer.zero_grad(set_to_none=True)
                 stopped = "nan"
@@ -250,7 +264,8 @@ class _Run:
             self.step += 1
             self.tokens += self.tokens_per_step
             last_loss = loss_value
-            step_time = last_step_time = time.perf_counter() - t0
+            step_end = time.perf_counter()
+            step_time = last_step_time = step_end - t0
             window_tokens += step_tokens
             window_time += step_time
             total_train_time += step_time
@@ -263,14 +278,14 @@ class _Run:
                 mfu = model_flops_utilization(self.flops_per_token, tokens_per_s, self.peak, env.world_size)
                 logger.log({"step": self.step, "loss": loss_value, "lr": lr, "tokens": self.tokens,
                             "tokens_per_s": tokens_per_s, "mfu": mfu, "grad_norm": norm_value,
-                            **dict(zip(names, metric_values)), "elapsed_s": time.perf_counter() - loop_start})
+                            **dict(zip(names, metric_values)), "elapsed_s": clock.at(step_end)})
                 window_tokens, window_time = 0.0, 0.0
             self.progress.update(self.step, loss_value, lr, tokens_per_s, mfu)
             if cfg.eval_every and self.step % cfg.eval_every == 0:
                 evaluation = self._evaluate(logger) or evaluation
                 evaluated_at = self.step
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and stopped is None:
-                self.checkpoints.save(self.step, self.tokens, {"loss": loss_value, **evaluation})
+                self.checkpoints.save(self.step, self.tokens, {"loss": loss_value, **evaluation}, clock)
         self.progress.close()
         return self._finish(stopped, start_step, last_loss, evaluation, evaluated_at, logger,
                             tokens_per_s=total_tokens / total_train_time if total_train_time > 0 else 0.0, mfu=mfu)
@@ -281,13 +296,6 @@ class _Run:
         if self.stage.constant_weight or not self.env.enabled:
             return float(sum(weights) * (self.env.world_size if self.stage.constant_weight else 1))
         return float(all_reduce_sum(torch.tensor(float(sum(weights)), device=self.device), self.env))
-
-    def _forwarded_tokens(self, batches: list[Any]) -> int:
-        """This rank's tokens through the forward this step: what tokens/s and MFU count. A stage whose rows
-        are cut shorter than seq_len (rollouts, pairs) says how many; the planned batch x seq_len otherwise."""
-        planned = self.cfg.batch_size * self.seq_len
-        counted = (self.stage.batch_tokens(b) for b in batches)
-        return sum(planned if n is None else n for n in counted)
 
     def _evaluate(self, logger: MetricsLogger | None) -> dict[str, float]:
         """The stage's evaluation, logged as one row (nothing when the stage has nothing to evaluate)."""
@@ -309,7 +317,8 @@ class _Run:
             existing = list_checkpoints(self.run_dir) if env.is_main else []
             must_save = all_gather_objects(self.step > start_step or not existing, env)[0]  # rank 0 decides
             if must_save:
-                checkpoint = self.checkpoints.save(self.step, self.tokens, {"loss": last_loss, **evaluation})
+                checkpoint = self.checkpoints.save(self.step, self.tokens, {"loss": last_loss, **evaluation},
+                                                   self.clock)
             elif existing:
                 checkpoint = newest_resumable(self.run_dir)[0] or existing[-1]
             if env.is_main:

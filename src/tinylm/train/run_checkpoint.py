@@ -1,7 +1,8 @@
 """A run's checkpoints: everything exact resume needs, written at a step and read back on `--resume`.
 
 A checkpoint holds the weights, the optimizer state, every rank's RNG state, the stage's data
-position, the schedule and the run's choices; the schedule itself is a pure function of the step.
+position, the schedule, the training seconds spent (a time budget counts across resumes) and the run's
+choices; the schedule itself is a pure function of the step (and, under a time budget, of those seconds).
 Restoring all of it makes the continued run compute, on CPU, bit-identical losses to a run that
 never stopped. Under FSDP the sharded weights and optimizer state are gathered whole first.
 """
@@ -24,6 +25,7 @@ from tinylm.runtime.rng import capture_rng, restore_rng
 from tinylm.runtime.run_choices import RunChoices
 from tinylm.train.config import TrainConfig
 from tinylm.train.optim import AnyOptimizer
+from tinylm.train.run_clock import RunClock
 from tinylm.train.schedule import LRSchedule
 from tinylm.train.stage import Stage
 
@@ -44,8 +46,9 @@ class RunCheckpoints:
     choices: RunChoices
     say: Callable[[str], None]
 
-    def save(self, step: int, tokens: int, metrics: dict[str, Any]) -> Path | None:
-        """Checkpoint `step` (collective under torchrun; only rank 0 writes)."""
+    def save(self, step: int, tokens: int, metrics: dict[str, Any], clock: RunClock) -> Path | None:
+        """Checkpoint `step` with the run's clock (what a time budget needs to go on where it stopped;
+        collective under torchrun; rank 0 writes)."""
         cfg, env, stage = self.cfg, self.env, self.stage
         weights = stage.checkpoint_weights(self.raw, self._model_state())
         optimizer = self._optimizer_state()
@@ -53,7 +56,7 @@ class RunCheckpoints:
         path = None
         if env.is_main:
             train_state = {"step": step, "tokens": tokens, "optimizer": optimizer, "loader": stage.state_dict(),
-                           "rng": rngs, "schedule": self.schedule.to_dict(),
+                           "rng": rngs, "schedule": self.schedule.to_dict(), **clock.state(),
                            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
                            "world_size": env.world_size, "dtype": str(self.choices.dtype).removeprefix("torch."),
                            "attention": self.choices.attention.value}
@@ -88,8 +91,9 @@ class RunCheckpoints:
         if state.get("world_size", 1) != self.env.world_size:
             self.say(f"note: checkpoint written by {state.get('world_size')} processes, resumed by "
                      f"{self.env.world_size}: same data if the global batch is the same; dropout noise differs")
-        if state.get("schedule") and state["schedule"] != self.schedule.to_dict():
-            self.say(f"note: the schedule changed on resume: {state['schedule']} -> {self.schedule.to_dict()}")
+        saved = {"time_budget": None, **state["schedule"]} if state.get("schedule") else None
+        if saved and saved != self.schedule.to_dict():
+            self.say(f"note: the schedule changed on resume: {saved} -> {self.schedule.to_dict()}")
         return int(state["step"]), int(state["tokens"])
 
     def _optimizer_state(self) -> dict[str, Any]:

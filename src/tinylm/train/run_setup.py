@@ -126,11 +126,13 @@ def build_training_model(stage: Stage, cfg: TrainConfig, env: DistEnv, device: t
 
 def build_optimization(raw: nn.Module, cfg: TrainConfig, device: torch.device, dtype: torch.dtype,
                        tokens_per_step: int) -> tuple[AnyOptimizer, torch.amp.GradScaler | None, LRSchedule]:
-    """The optimizer, a loss scaler for fp16, and the learning-rate schedule over --schedule-steps."""
+    """The optimizer, a loss scaler for fp16, and the learning-rate schedule over --schedule-steps (and the
+    --time-budget, whichever ends first)."""
     optimizer = build_optimizer(raw, cfg.optimizer, lr=cfg.lr, weight_decay=cfg.weight_decay,
                                 betas=(cfg.beta1, cfg.beta2), muon_lr=cfg.muon_lr, muon_momentum=cfg.muon_momentum,
                                 device=device)
     scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
     total = cfg.schedule_steps or default_schedule_steps(cfg, tokens_per_step)
-    schedule = LRSchedule(cfg.schedule, total, min(cfg.warmup_steps, total), cfg.min_lr_ratio, cfg.decay_fraction)
+    schedule = LRSchedule(cfg.schedule, total, min(cfg.warmup_steps, total), cfg.min_lr_ratio, cfg.decay_fraction,
+                          time_budget=cfg.time_budget)
     return optimizer, scaler, schedule

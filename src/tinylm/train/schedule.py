@@ -15,6 +15,12 @@ exact resume trivial: the step restored from a checkpoint gives back the same le
 
 The last update of the schedule (step `total - 1`) lands exactly on `min_ratio` for the decaying kinds.
 Past `total` steps (a run continued beyond its schedule) the multiplier stays at its final value.
+
+Under a time budget the run ends at whichever comes first, its steps or its seconds, so the schedule is
+planned against both: its position is the larger of the step and `total` times the share of the budget
+spent. On a machine that finishes the steps in time that is the step, as without a budget; on one half
+as fast the clock leads, and the decay still runs in the last `decay_fraction` of the seconds instead of
+being cut off. The share of the budget is counted across resumes (the checkpoint keeps it).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class LRSchedule:
     warmup: int = 0
     min_ratio: float = 0.1
     decay_fraction: float = 0.2
+    time_budget: float | None = None  # seconds; the schedule then also follows the clock (see above)
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
@@ -48,24 +55,43 @@ class LRSchedule:
         if not 0.0 < self.decay_fraction <= 1.0:
             raise TinyLMError(f"decay fraction must be in (0, 1] (got {self.decay_fraction})")
 
-    def factor(self, step: int) -> float:
-        """Multiplier for the update number `step` (0-based: the first optimizer step is step 0)."""
+    def factor(self, step: int, seconds: float | None = None) -> float:
+        """Multiplier for the update number `step` (0-based: the first optimizer step is step 0); `seconds`:
+        the run's training time at the end of this update, which counts only under a time budget."""
         if step < self.warmup:
             return (step + 1) / self.warmup
+        position = float(step) if seconds is None else self.position(step, seconds)
         if self.kind == "constant":
             return 1.0
         if self.kind == "wsd":
             decay_steps = max(1, round(self.decay_fraction * (self.total - self.warmup)))
             start = self.total - decay_steps
-            if step < start:
+            if position < start:
                 return 1.0
-            t = min(1.0, (step - start + 1) / decay_steps)
+            t = min(1.0, (position - start + 1) / decay_steps)
             return 1.0 - (1.0 - self.min_ratio) * t
         span = self.total - self.warmup - 1  # the last update (step total-1) lands exactly on min_ratio
-        t = 1.0 if span <= 0 else min(1.0, (step - self.warmup) / span)
+        t = 1.0 if span <= 0 else min(1.0, (position - self.warmup) / span)
         if self.kind == "linear":
             return 1.0 - (1.0 - self.min_ratio) * t
         return self.min_ratio + (1.0 - self.min_ratio) * 0.5 * (1.0 + math.cos(math.pi * t))
+
+    def position(self, step: int, seconds: float) -> float:
+        """Where the run is in its schedule, in steps: the step, or the budget's share of `total` if further."""
+        if self.time_budget is None:
+            return float(step)
+        return max(float(step), min(1.0, seconds / self.time_budget) * self.total)
+
+    def describe(self) -> str:
+        """One header line: the plan, and what a time budget does to it."""
+        plan = f"schedule: {self.kind} over {self.total:,} steps"
+        if self.warmup:
+            plan += f" after {self.warmup:,} warmup steps"
+        if self.time_budget is None:
+            return plan
+        return (f"{plan} or the --time-budget of {self.time_budget:g} s, whichever ends first: the lr follows the "
+                "clock when it leads, so the decay happens inside the budget (a run stopped by the clock is "
+                "not bit-reproducible)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -41,17 +41,21 @@ def stop_reason(stopped: str, cfg: TrainConfig) -> str:
     """The end of the run's last line, `stopped at step N: ...`."""
     return {"max_steps": f"reached --max-steps {cfg.max_steps}",
             "max_tokens": f"reached --max-tokens {cfg.max_tokens}",
-            "time_budget": f"used the --time-budget of {cfg.time_budget:g} s" if cfg.time_budget else "",
+            "time_budget": f"used the --time-budget of {cfg.time_budget:g} s (of training, across resumes: a larger "
+                           "one continues the run)" if cfg.time_budget else "",
             "interrupted": "interrupted; state saved, continue with --resume latest",
             "nan": "stopped on a non-finite loss"}[stopped]
 
 
-def budget_reached(cfg: TrainConfig, step: int, tokens: int) -> str | None:
-    """"max_steps" or "max_tokens" once the run has done what it was asked; None while it has not."""
+def budget_reached(cfg: TrainConfig, step: int, tokens: int, seconds: float = 0.0) -> str | None:
+    """"max_steps", "max_tokens" or "time_budget" once the run has done what it was asked (the seconds: its
+    training time across resumes); None while it has not."""
     if step >= cfg.max_steps:
         return "max_steps"
     if cfg.max_tokens is not None and tokens >= cfg.max_tokens:
         return "max_tokens"
+    if cfg.time_budget is not None and seconds >= cfg.time_budget:
+        return "time_budget"
     return None
 
 

@@ -1,0 +1,45 @@
+"""The run's clock: its training seconds across resumes, which --time-budget counts and the schedule reads.
+
+Rank 0's clock is the run's. Its reading travels with each step's all-reduced flags, so every rank sets
+the same learning rate from it, and a checkpoint keeps it (with the last step's length, which predicts
+the next one's), so a resumed run goes on where it stopped. The loop takes the readings itself
+(`time.perf_counter`) and hands them here: this class only keeps the arithmetic in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class RunClock:
+    seconds: float = 0.0  # the agreed clock: rank 0's training seconds at its last reading
+    step_seconds: float = 0.0  # the last step's length on that clock
+    before: float = 0.0  # seconds spent before this invocation's loop began
+    start: float = 0.0  # the perf_counter reading at which it began
+
+    @classmethod
+    def resumed(cls, state: dict[str, Any] | None) -> RunClock:
+        """The clock a checkpoint's train state left (zero for a fresh run or a checkpoint without one)."""
+        state = state or {}
+        return cls(float(state.get("train_seconds", 0.0)), float(state.get("step_seconds", 0.0)))
+
+    def begin(self, reading: float) -> None:
+        """The loop starts at `reading`: what came before is `before`."""
+        self.before, self.start = self.seconds, reading
+
+    def at(self, reading: float) -> float:
+        """The run's seconds at a perf_counter reading of this invocation."""
+        return self.before + reading - self.start
+
+    def planned_end(self) -> float:
+        """When the coming step should end: the last reading plus the last step's length."""
+        return self.seconds + self.step_seconds
+
+    def agree(self, seconds: float) -> None:
+        """Take rank 0's reading (every rank gets the same one from the all-reduce)."""
+        self.step_seconds, self.seconds = max(0.0, seconds - self.seconds), seconds
+
+    def state(self) -> dict[str, float]:
+        return {"train_seconds": self.seconds, "step_seconds": self.step_seconds}
