@@ -7,7 +7,8 @@
     grpo
 
 A gain whose interval excludes zero (`+12.4 ± 3.6`) is beyond the noise of the measurement: see
-gains.py for the paired interval.
+gains.py for the paired interval. It is printed at the end of `tinylm pipeline` and heads
+OUT/report.md and OUT/report.html, followed by the final model's own report card.
 """
 
 from __future__ import annotations
