@@ -91,6 +91,7 @@ VARIANTS = {
     "mla_deepseek": (modern_config("mla", norm_eps=1e-6, rope_theta=20000.0), "DeepseekV3ForCausalLM"),
     "mla_qlora_deepseek": (modern_config("mla_qlora", norm_eps=1e-6, tie_embeddings=False), "DeepseekV3ForCausalLM"),
     "classic_gpt2": (classic_config(), "GPT2LMHeadModel"),
+    "classic_gelu_gpt2": (classic_config(mlp_activation="gelu"), "GPT2LMHeadModel"),  # gelu_new: GPT-2's own
     "classic_tied_qkv_bias_gpt2": (ModelConfig(arch="classic", qkv_bias=True, **BASE), "GPT2LMHeadModel"),
 }
 

@@ -42,6 +42,26 @@ def save_hf_model(folder: Path, architecture: str, seed: int = 0, **fields) -> t
     return model
 
 
+def test_a_gpt2_with_its_own_gelu_imports_as_the_classic_model(tmp_path: Path) -> None:
+    """GPT2Config's defaults (gelu_new, biases everywhere but the head): the classic model with mlp_activation=gelu."""
+    config = transformers.GPT2Config(vocab_size=300, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                                     bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(0)
+    hf_model = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for p in hf_model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    (tmp_path / "hf").mkdir()
+    train_tokenizer(tmp_path / "hf" / "tokenizer.json")
+    hf_model.save_pretrained(tmp_path / "hf")
+    assert main(["import", str(tmp_path / "hf"), "--out", str(tmp_path / "run")]) == 0
+    ours = load_ours(tmp_path / "run")
+    assert (ours.config.arch, ours.config.mlp_activation) == ("classic", "gelu")
+    idx = torch.randint(0, 300, (2, 32), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (ours(idx)[0] - hf_model(idx).logits).abs().max().item() <= 1e-5
+
+
 @pytest.mark.parametrize("architecture, fields", [
     ("LlamaForCausalLM", {}),
     ("LlamaForCausalLM", {"tie_word_embeddings": True, "num_key_value_heads": 1}),

@@ -39,6 +39,7 @@ class ModelConfig:
     qkv_bias: bool = False
     head_bias: bool = False  # GPT-2's head has none; the seed's 13m preset had one (see presets.py)
     layer_norm_eps: float = 1e-5
+    mlp_activation: Literal["relu", "gelu"] = "relu"  # gelu: GPT-2's own, tanh-approximated (what llama.cpp runs)
 
     # modern only
     n_kv_head: int | None = None  # None = n_head (MHA); 1 = MQA; in between = GQA
@@ -117,6 +118,7 @@ class ModelConfig:
         need(self.init_std > 0, "init_std", "must be > 0")
         need(self.attn_impl in ("manual", "sdpa"), "attn_impl", "must be 'manual' or 'sdpa'")
         need(self.attention in ("standard", "mla"), "attention", "must be 'standard' or 'mla'")
+        need(self.mlp_activation in ("relu", "gelu"), "mlp_activation", "must be 'relu' or 'gelu'")
         if self.head_dim is None:
             need(self.n_embed % self.n_head == 0, "n_head", f"must divide n_embed={self.n_embed}")
         else:

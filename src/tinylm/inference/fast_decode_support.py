@@ -62,6 +62,7 @@ IRRELEVANT: dict[str, str] = {
     "qkv_bias": _CLASSIC,
     "head_bias": _CLASSIC,
     "layer_norm_eps": _CLASSIC,
+    "mlp_activation": _CLASSIC,
     "kv_lora_rank": _MLA,
     "q_lora_rank": _MLA,
     "qk_nope_head_dim": _MLA,

@@ -9,7 +9,7 @@ logits (tests/test_hf_parity.py checks 1e-5 in float32). Which class computes wh
     MoE, QK-norm, no shared       Qwen3MoeForCausalLM
     MoE, no QK-norm, no shared    MixtralForCausalLM      (always renormalizes the top-k weights)
     MLA, dense MLP                DeepseekV3ForCausalLM   (rotate-half RoPE: rope_interleave false)
-    classic                       GPT2LMHeadModel         (relu MLP, Conv1D weights [in, out])
+    classic                       GPT2LMHeadModel         (relu or gelu_new MLP, Conv1D weights [in, out])
 
 All of them pair RoPE dimension i with i + d/2 ("rotate half") and compute cos/sin in float32, as
 `models/modern/rope.py` does; their RMSNorm casts back to the input dtype before the weight
@@ -40,6 +40,7 @@ MODEL_TYPES = {
     "Qwen2MoeForCausalLM": "qwen2_moe", "Qwen3MoeForCausalLM": "qwen3_moe", "MixtralForCausalLM": "mixtral",
     "DeepseekV3ForCausalLM": "deepseek_v3", "GPT2LMHeadModel": "gpt2",
 }
+HF_ACTIVATION = {"relu": "relu", "gelu": "gelu_new"}  # GPT-2's name for the tanh-approximated GELU
 ARCHITECTURES = {model_type: arch for arch, model_type in MODEL_TYPES.items()}
 DEEPSEEK_LATENT_NORM_EPS = 1e-6  # DeepseekV3's q_a/kv_a layernorms ignore rms_norm_eps and use this
 
@@ -106,7 +107,7 @@ def hf_config_dict(config: ModelConfig, **token_ids: Any) -> dict[str, Any]:
         return {
             **head, "vocab_size": config.vocab_size, "n_positions": config.context_length, "n_embd": config.n_embed,
             "n_layer": config.n_blocks, "n_head": config.n_head, "n_inner": config.mlp_width,
-            "activation_function": "relu", "layer_norm_epsilon": config.layer_norm_eps,
+            "activation_function": HF_ACTIVATION[config.mlp_activation], "layer_norm_epsilon": config.layer_norm_eps,
             "resid_pdrop": config.dropout, "embd_pdrop": config.dropout, "attn_pdrop": config.dropout,
             "initializer_range": config.init_std, "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False,
             "reorder_and_upcast_attn": False, "tie_word_embeddings": config.tie_embeddings,

@@ -13,7 +13,7 @@ from typing import Any
 
 from tinylm.config import ModelConfig, swiglu_hidden
 from tinylm.errors import TinyLMError
-from tinylm.interop.hf import ARCHITECTURES, DEEPSEEK_LATENT_NORM_EPS
+from tinylm.interop.hf import ARCHITECTURES, DEEPSEEK_LATENT_NORM_EPS, HF_ACTIVATION
 
 # keys a config.json may carry that do not change what the model computes
 _INERT_KEYS = frozenset({
@@ -100,7 +100,10 @@ def config_from_hf(hf: Any) -> ModelConfig:
 
 
 def _classic_from_hf(r: _Reader) -> ModelConfig:
-    r.expect("activation_function", "relu", "activation_function (the classic MLP is ReLU)")
+    activation = r.get("activation_function", "gelu_new")  # GPT2Config's default
+    by_name = {name: ours for ours, name in HF_ACTIVATION.items()}
+    if activation not in by_name:
+        raise TinyLMError(f"unsupported activation_function={activation!r}: the classic MLP is relu or gelu_new")
     r.expect("scale_attn_weights", True, "attention scaling")
     r.expect("scale_attn_by_inverse_layer_idx", False, "attention scaling")
     r.expect("reorder_and_upcast_attn", False, "attention upcasting")
@@ -112,7 +115,7 @@ def _classic_from_hf(r: _Reader) -> ModelConfig:
         arch="classic", vocab_size=r.need("vocab_size"), context_length=r.need("n_positions"), n_embed=n_embed,
         n_head=r.need("n_head"), n_blocks=r.need("n_layer"), layer_norm_eps=r.get("layer_norm_epsilon", 1e-5),
         tie_embeddings=bool(r.get("tie_word_embeddings", True)), qkv_bias=True,
-        init_std=r.get("initializer_range", 0.02),
+        init_std=r.get("initializer_range", 0.02), mlp_activation=by_name[activation],
     )
 
 

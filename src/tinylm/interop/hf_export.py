@@ -63,7 +63,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str | None
         stored, lora, scale = adapter_parts(ckpt, adapter)
         if merge:
             stored, lora = merged_weights(stored, lora, scale), {}
-    weights = _canonical_weights(config, stored, ckpt, dtype)
+    weights = canonical_weights(config, stored, ckpt, dtype)
 
     with output_folder(out) as folder:
         chat_template = info.get("chat_template")
@@ -78,7 +78,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, dtype: str | None
     return Path(out), architecture
 
 
-def _canonical_weights(config: Any, stored: dict[str, torch.Tensor], ckpt: Path, dtype: str | None
+def canonical_weights(config: Any, stored: dict[str, torch.Tensor], ckpt: Path, dtype: str | None
                        ) -> dict[str, torch.Tensor]:
     """The model's weights under tinylm names, checked against its shapes, each tied matrix once."""
     with torch.device("meta"):

@@ -1,6 +1,6 @@
 """The classic decoder: GPT-2 as it was in 2019, the baseline every modern idea is measured against.
 
-    tokens + learned positions -> [LayerNorm -> attention, LayerNorm -> ReLU MLP 4x] x n_blocks
+    tokens + learned positions -> [LayerNorm -> attention, LayerNorm -> ReLU (or GELU) MLP 4x] x n_blocks
                                -> LayerNorm -> lm_head (own matrix)
 
 Attention is written out by hand (scores, causal mask, softmax, weighted sum) because this is the
@@ -57,17 +57,24 @@ class CausalSelfAttention(nn.Module):
         return self.resid_dropout(self.o_proj(y))
 
 
-class ReluMLP(nn.Module):
-    """proj(relu(hidden(x))), 4x wide, with biases."""
+class ClassicMLP(nn.Module):
+    """proj(act(hidden(x))), 4x wide, with biases; act is ReLU, or GPT-2's own tanh-approximated GELU.
+
+    The seed's classic model uses ReLU. GELU (`mlp_activation="gelu"`) is what GPT-2 shipped with and
+    the only activation llama.cpp's gpt2 graph runs, so it is the classic model that exports to GGUF.
+    """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.hidden = nn.Linear(config.n_embed, 4 * config.n_embed)
         self.proj = nn.Linear(4 * config.n_embed, config.n_embed)  # writes into the residual stream
         self.dropout = nn.Dropout(config.dropout)
+        self.gelu = config.mlp_activation == "gelu"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.dropout(self.proj(F.relu(self.hidden(x))))
+        h = self.hidden(x)
+        h = F.gelu(h, approximate="tanh") if self.gelu else F.relu(h)
+        return self.dropout(self.proj(h))
 
 
 class ClassicBlock(nn.Module):
@@ -76,7 +83,7 @@ class ClassicBlock(nn.Module):
         self.ln1 = nn.LayerNorm(config.n_embed, eps=config.layer_norm_eps)
         self.attn = CausalSelfAttention(config)
         self.ln2 = nn.LayerNorm(config.n_embed, eps=config.layer_norm_eps)
-        self.mlp = ReluMLP(config)
+        self.mlp = ClassicMLP(config)
 
     def forward(self, x: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
         x = x + self.attn(self.ln1(x), allowed)

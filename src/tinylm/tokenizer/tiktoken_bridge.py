@@ -31,7 +31,7 @@ PROBE_TEXT = (
 )
 
 
-def _merge_pair(merge: Any) -> tuple[str, str]:
+def merge_pair(merge: Any) -> tuple[str, str]:
     """tokenizer.json merges are "a b" strings (older files) or [a, b] pairs (tokenizers >= 0.20)."""
     if isinstance(merge, str):
         left, right = merge.split(" ", 1)
@@ -81,7 +81,7 @@ def bridge_problem(spec: dict[str, Any]) -> str | None:
     previous = -1
     produced: set[str] = set()
     for merge in model.get("merges") or []:
-        left, right = _merge_pair(merge)
+        left, right = merge_pair(merge)
         token = left + right
         if left not in vocab or right not in vocab or token not in vocab:
             return f"merge {left!r} + {right!r} refers to a token outside the vocabulary"
