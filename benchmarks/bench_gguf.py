@@ -8,6 +8,10 @@ cache, THREADS threads) on each file, next to tinylm's engine as `tinylm generat
 it measures and picks, printed) on the same prompt, in the same run, one after the other.
 
     python benchmarks/bench_gguf.py --checkpoint runs/tiny-modern [--threads 1] [--new-tokens 128]
+    python benchmarks/bench_gguf.py --checkpoint runs/tiny-modern --random-preset small --agree-tokens 16
+
+`--random-preset` measures a modern model of that preset with random weights (speed does not depend
+on them) and the checkpoint's tokenizer.
 
 Needs node-llama-cpp (`make setup` installs it into .venv/llama-cpp). One thread each by default: on a
 2-core machine llama.cpp's two workers spin against node's own thread, and measured 128 tokens in ~2 s
@@ -81,6 +85,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--agree-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--random-preset", help="random weights of this modern preset, the checkpoint's tokenizer")
     args = parser.parse_args()
     missing = llama_cpp_missing()
     if missing:
@@ -91,6 +96,9 @@ def main() -> None:
     from tinylm.tokenizer.load import load_tokenizer
 
     checkpoint = resolve_checkpoint(args.checkpoint)
+    work = tempfile.TemporaryDirectory()
+    if args.random_preset:
+        checkpoint = random_preset_checkpoint(args.random_preset, checkpoint / "tokenizer.json", Path(work.name))
     config = checkpoint_model_config(checkpoint)
     tokenizer = load_tokenizer(checkpoint / "tokenizer.json")
     prompts = [tokenizer.encode(text) for text in PROMPTS]
@@ -112,6 +120,18 @@ def main() -> None:
     result["tinylm_decode_precision"] = precision
     result["llama_cpp_f32_vs_tinylm"] = round(result["types"]["f32"]["llama_cpp_tokens_per_s"] / speed, 2)
     print(json.dumps(result, indent=2))
+    work.cleanup()
+
+
+def random_preset_checkpoint(preset: str, tokenizer_file: Path, root: Path) -> Path:
+    from tinylm.checkpoint import save_checkpoint
+    from tinylm.models.factory import build_model
+    from tinylm.presets import preset_config
+    from tinylm.tokenizer.load import load_tokenizer
+
+    config = preset_config(preset, arch="modern", vocab_size=load_tokenizer(tokenizer_file).n_vocab)
+    torch.manual_seed(0)
+    return save_checkpoint(root / preset, 1, build_model(config).eval(), config, tokenizer_file=tokenizer_file)
 
 
 if __name__ == "__main__":

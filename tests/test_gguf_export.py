@@ -133,6 +133,7 @@ def test_reader_round_trip_every_key_and_tensor(tokenizer_file: Path, tmp_path: 
     header = {"GGUF.version", "GGUF.tensor_count", "GGUF.kv_count", "general.architecture", "general.name",
               "general.file_type"}
     assert set(keys) == header | hyper | tokenizer_keys  # a base model: no chat template, no end-of-turn
+    assert keys["general.name"] == "run"  # the run folder, not "step_00000001"
     assert keys["llama.attention.head_count_kv"] == 1 and keys["llama.rope.freq_base"] == 50000.0
     assert keys["llama.rope.dimension_count"] == config.dim_per_head
     assert keys["tokenizer.ggml.pre"] == "gpt-2" and keys["tokenizer.ggml.model"] == "gpt2"
@@ -158,9 +159,36 @@ def test_reader_round_trip_every_key_and_tensor(tokenizer_file: Path, tmp_path: 
     assert {t.tensor_type.name for t in reader.tensors} == {"F32"}
 
 
+def test_reader_round_trip_gpt2_tensors_with_biases(tokenizer_file: Path, tmp_path: Path) -> None:
+    """gpt2: learned positions, LayerNorm and every linear with a bias (the qkv bias tinylm lacks, as zeros)."""
+    config = ACCEPTED["gpt2_gelu"]
+    file = export_gguf(random_checkpoint(tmp_path, "run", config, tokenizer_file), tmp_path / "gguf").file
+    keys = read_keys(file)
+    assert {k for k in keys if k.startswith("gpt2.")} == {
+        f"gpt2.{k}" for k in ("context_length", "embedding_length", "block_count", "feed_forward_length",
+                              "attention.head_count", "attention.head_count_kv", "attention.layer_norm_epsilon",
+                              "vocab_size")}
+    reader = gguf.GGUFReader(str(file))
+    shapes = {t.name: tuple(int(d) for d in t.shape) for t in reader.tensors}
+    C = config.n_embed
+    expected = {"token_embd.weight": (C, VOCAB), "position_embd.weight": (C, config.context_length),
+                "output_norm.weight": (C,), "output_norm.bias": (C,), "output.weight": (C, VOCAB)}
+    for i in range(config.n_blocks):
+        for name, weight, bias in (("attn_norm", None, C), ("ffn_norm", None, C), ("attn_qkv", (C, 3 * C), 3 * C),
+                                   ("attn_output", (C, C), C), ("ffn_up", (C, 4 * C), 4 * C),
+                                   ("ffn_down", (4 * C, C), C)):
+            expected[f"blk.{i}.{name}.weight"] = weight or (C,)
+            expected[f"blk.{i}.{name}.bias"] = (bias,)
+    assert shapes == expected
+    qkv_bias = next(t for t in reader.tensors if t.name == "blk.0.attn_qkv.bias")
+    assert not qkv_bias.data.any()  # tinylm's default classic model has no qkv bias: zeros, not garbage
+
+
 def test_a_chat_model_carries_its_template_and_ends_its_turn_with_end(tmp_path: Path) -> None:
     done = export_gguf(sft_run(0), tmp_path / "gguf")
     keys = read_keys(done.file)
+    assert {"tokenizer.chat_template", "tokenizer.ggml.eot_token_id"} <= set(keys)
+    assert not {k for k in keys if "tokenizer" not in k and not k.startswith(("GGUF.", "general.", "llama."))}
     tokenizer = load_model(sft_run(0))[1]
     end = tokenizer.special_tokens["<|end|>"]
     assert keys["tokenizer.ggml.eos_token_id"] == keys["tokenizer.ggml.eot_token_id"] == end

@@ -69,8 +69,8 @@ def export_gguf(checkpoint: str | Path, out: str | Path, quant: str = "f32") -> 
     tensors = gguf_tensors(canonical_weights(config, stored, ckpt, None), config, architecture)
 
     with output_folder(out) as folder:
-        fallbacks = _write_gguf(folder / GGUF_NAME, architecture, config, vocab, tensors, quant,
-                                name=Path(checkpoint).resolve().name)
+        run_name = ckpt.parent.parent.name if ckpt.parent.name == "checkpoints" else ckpt.name
+        fallbacks = _write_gguf(folder / GGUF_NAME, architecture, config, vocab, tensors, quant, name=run_name)
         stops = [vocab.tokens[i] for i in dict.fromkeys((vocab.eot_id, vocab.end_id))]
         (folder / "Modelfile").write_text(
             modelfile(GGUF_NAME, config.context_length, stops, vocab.tokens[vocab.eot_id],
