@@ -40,6 +40,28 @@ def bpe_tokenizer(root: Path) -> Path:
     return train_bpe(CORPUS, vocab_size=300).save(root / "tokenizer.json")
 
 
+R50K_PROBES = ["hello world!! 123 hello", "say hello, world 12312", "<|user|>hello<|end|><|endoftext|>"]
+
+
+def fake_r50k(root: Path) -> tuple[Any, dict[bytes, int]]:
+    """(tokenizer, ranks): a small rank table in r50k's tiktoken format, with end-of-text and the chat tokens.
+
+    The real r50k_base file is never downloaded; this stands in for it (every token a merge of lower ranks).
+    """
+    import base64
+
+    from tinylm.tokenizer.chat_tokens import CHAT_TOKENS
+    from tinylm.tokenizer.r50k import load_r50k
+
+    merged = [b"he", b"ll", b"hell", b"hello", b" w", b"or", b" wor", b"ld", b" world", b"12", b"123", b"!!"]
+    tokens = [bytes([b]) for b in range(256)] + merged
+    table = root / "fake.tiktoken"
+    table.write_bytes(b"".join(base64.b64encode(t) + b" %d\n" % r for r, t in enumerate(tokens)))
+    eot = len(tokens)
+    tokenizer = load_r50k(table, verify=False, added={t: eot + 1 + i for i, t in enumerate(CHAT_TOKENS)})
+    return tokenizer, {t: r for r, t in enumerate(tokens)}
+
+
 def random_checkpoint(root: Path, name: str, config: ModelConfig, tokenizer_file: Path,
                       meta: dict[str, Any] | None = None, seed: int = 0, scale: float = 0.1,
                       head_bias: bool = False) -> Path:

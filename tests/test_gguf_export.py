@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gguf_support import VOCAB, bpe_tokenizer, random_checkpoint
+from gguf_support import R50K_PROBES, VOCAB, bpe_tokenizer, fake_r50k, random_checkpoint
 from model_variants import classic_config, modern_config
 from test_sft_export import sft_run
 from tinylm.checkpoint.load import load_model
@@ -285,9 +285,33 @@ def test_cli_writes_the_file_and_the_modelfile(tokenizer_file: Path, tmp_path: P
     captured = capsys.readouterr()
     assert captured.out.strip() == str(out / GGUF_NAME)
     assert "GGUF (qwen3, q8_0" in captured.err
+    assert "note: Ollama runs qwen3 files in its own engine" in captured.err  # a QK-norm model: Ollama's split
     modelfile = (out / "Modelfile").read_text()
-    assert modelfile.startswith(f"FROM ./{GGUF_NAME}\n")
+    assert modelfile.startswith("# Ollama runs qwen3") and f"\nFROM ./{GGUF_NAME}\n" in modelfile
     assert 'PARAMETER stop "<|endoftext|>"' in modelfile and f"PARAMETER num_ctx {ACCEPTED['qwen3'].context_length}" \
         in modelfile
     assert main(["export", "--checkpoint", str(checkpoint), "--out", str(tmp_path / "hf"), "--quant", "q4_0"]) == 1
     assert "--quant applies to --format gguf" in capsys.readouterr().err
+
+
+def test_gpt2s_own_r50k_vocabulary_is_written_with_merges_from_its_ranks(tmp_path: Path, monkeypatch) -> None:
+    """A tiktoken rank table (r50k's format) becomes tokens + merges that transformers' BPE splits identically.
+
+    The real r50k_base file is never downloaded, so a small rank table in its format stands in for it.
+    """
+    import tinylm.interop.gguf_vocab as vocab_module
+    from tinylm.checkpoint import load_weights
+    from tinylm.models.factory import build_model
+
+    tokenizer, ranks = fake_r50k(tmp_path)
+    assert vocab_module.merges_from_ranks(ranks)[:4] == [(b"h", b"e"), (b"l", b"l"), (b"he", b"ll"), (b"hell", b"o")]
+    monkeypatch.setattr(vocab_module, "load_tokenizer", lambda path: tokenizer)  # the checkpoint names r50k
+    config = modern_config("gqa", vocab_size=tokenizer.vocab_size)
+    checkpoint = random_checkpoint(tmp_path, "run", config, tokenizer.save(tmp_path / "tokenizer.json"))
+    folder = export_gguf(checkpoint, tmp_path / "gguf").folder
+    theirs = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_NAME)
+    for text in R50K_PROBES:
+        assert theirs(text, add_special_tokens=False)["input_ids"] == tokenizer.encode(text), text
+    ours = build_model(config)
+    load_weights(ours, checkpoint)  # not load_model: that would look for the real r50k file
+    assert max_logit_error(ours.eval(), hf_from_gguf(folder), config.vocab_size, config.context_length) <= TOLERANCE

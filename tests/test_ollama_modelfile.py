@@ -41,6 +41,7 @@ def chat_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def modelfile_parts(folder: Path) -> tuple[str, str, list[str], dict[str, str]]:
     """(FROM, TEMPLATE, stop tokens, other parameters) as Ollama's Modelfile parser reads them."""
     text = (folder / "Modelfile").read_text()
+    assert not re.search(r"^# ", text, re.M)  # a llama model: no caveat
     source = re.search(r"^FROM (.+)$", text, re.M).group(1)
     template = re.search(r'^TEMPLATE """(.*?)"""$', text, re.M | re.S).group(1)
     stops = [json.loads(v) for v in re.findall(r"^PARAMETER stop (.+)$", text, re.M)]

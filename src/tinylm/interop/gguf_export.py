@@ -24,7 +24,7 @@ from tinylm.interop.gguf_layout import gguf_architecture, hyperparameters
 from tinylm.interop.gguf_tensors import QUANTS, encode_tensor, gguf_tensors
 from tinylm.interop.gguf_vocab import GGUFVocab, gguf_vocab
 from tinylm.interop.hf_export import canonical_weights
-from tinylm.interop.ollama_modelfile import modelfile
+from tinylm.interop.ollama_modelfile import modelfile, ollama_note
 from tinylm.interop.output_folder import output_folder
 from tinylm.models.lora import merged_weights
 
@@ -39,6 +39,7 @@ class GGUFExport:
     quant: str
     bytes: int
     fallbacks: list[str] = field(default_factory=list)  # matrices written f16: rows not whole blocks
+    note: str | None = None  # what Ollama will do differently with this file
 
     @property
     def file(self) -> Path:
@@ -74,9 +75,9 @@ def export_gguf(checkpoint: str | Path, out: str | Path, quant: str = "f32") -> 
         stops = [vocab.tokens[i] for i in dict.fromkeys((vocab.eot_id, vocab.end_id))]
         (folder / "Modelfile").write_text(
             modelfile(GGUF_NAME, config.context_length, stops, vocab.tokens[vocab.eot_id],
-                      chat=vocab.chat_template is not None), encoding="utf-8")
+                      chat=vocab.chat_template is not None, note=ollama_note(architecture)), encoding="utf-8")
         size = (folder / GGUF_NAME).stat().st_size
-    return GGUFExport(Path(out), architecture, quant, size, fallbacks)
+    return GGUFExport(Path(out), architecture, quant, size, fallbacks, ollama_note(architecture))
 
 
 def _write_gguf(path: Path, architecture: str, config, vocab: GGUFVocab, tensors: dict, quant: str,

@@ -9,6 +9,12 @@ left open, so a request can continue it. A base model's template is the prompt a
 Every token that ends a generation is a `PARAMETER stop` (end-of-text, and a chat model's <|end|>),
 so a reply stops where the model ends its turn instead of running on through invented turns, and
 `num_ctx` is the context the model was trained for (Ollama's default may be longer).
+
+One thing a Modelfile cannot fix: Ollama runs `qwen3` files in its own Go engine, which splits text
+with Qwen2's pattern whatever the file's `tokenizer.ggml.pre` says (read in Ollama's source, not
+run: it cannot be installed here), so a QK-norm model's prompts can tokenize differently there than
+in tinylm. Its Modelfile says so in a comment, and the export prints it. `llama` files run in
+Ollama's llama.cpp runner (its default for them), which honours the GPT-2 split.
 """
 
 from __future__ import annotations
@@ -33,10 +39,21 @@ def chat_go_template(eot_text: str) -> str:
     )
 
 
-def modelfile(gguf_name: str, context_length: int, stop_tokens: list[str], eot_text: str, chat: bool) -> str:
-    """The Modelfile's text: FROM the GGUF beside it, TEMPLATE, a stop per end token, num_ctx."""
+QWEN3_SPLIT_NOTE = ("Ollama runs qwen3 files in its own engine, which splits text with Qwen2's pattern, not this "
+                    "tokenizer's GPT-2 split: prompts can tokenize differently than in tinylm and llama.cpp")
+
+
+def ollama_note(architecture: str) -> str | None:
+    """What Ollama will do differently with this architecture, or None."""
+    return QWEN3_SPLIT_NOTE if architecture == "qwen3" else None
+
+
+def modelfile(gguf_name: str, context_length: int, stop_tokens: list[str], eot_text: str, chat: bool,
+              note: str | None = None) -> str:
+    """The Modelfile's text: FROM the GGUF beside it, TEMPLATE, a stop per end token, num_ctx (and `note`)."""
     template = chat_go_template(eot_text) if chat else "{{ .Prompt }}"
-    lines = [f"FROM ./{gguf_name}", f'TEMPLATE """{template}"""']
+    lines = [f"# {note}"] if note else []
+    lines += [f"FROM ./{gguf_name}", f'TEMPLATE """{template}"""']
     lines += [f'PARAMETER stop "{token}"' for token in stop_tokens]
     lines.append(f"PARAMETER num_ctx {context_length}")
     return "\n".join(lines) + "\n"

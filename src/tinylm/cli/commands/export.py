@@ -71,5 +71,7 @@ def _run_gguf(args: argparse.Namespace) -> int:
     fallback = f"; {len(done.fallbacks)} matrices kept f16 (rows not whole 32-blocks)" if done.fallbacks else ""
     print(f"exported {args.checkpoint} as GGUF ({done.architecture}, {done.quant}, {done.bytes / 2**20:.1f} MiB"
           f"{fallback}) to {done.file}, with an Ollama Modelfile beside it", file=sys.stderr)
+    if done.note:
+        print(f"note: {done.note}", file=sys.stderr)
     print(done.file)
     return 0

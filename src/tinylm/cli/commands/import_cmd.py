@@ -1,7 +1,7 @@
 """Turn a local Hugging Face `transformers` checkpoint into a tinylm run folder.
 
-Reads Llama, Mistral, Qwen3, Qwen2-MoE, Qwen3-MoE, Mixtral, dense DeepSeek-V3 and GPT-2 (relu)
-folders saved with `save_pretrained` (config.json, safetensors, tokenizer.json). Whatever tinylm
+Reads Llama, Mistral, Qwen3, Qwen2-MoE, Qwen3-MoE, Mixtral, dense DeepSeek-V3 and GPT-2 (relu, or
+GPT-2's own gelu_new) folders saved with `save_pretrained` (config.json, safetensors, tokenizer.json). Whatever tinylm
 cannot compute exactly (RoPE scaling, biases, unknown fields) is refused with one line.
 
   tinylm import ~/models/my-llama --out runs/my-llama
