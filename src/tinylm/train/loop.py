@@ -30,9 +30,8 @@ from tinylm.checkpoint import check_same_model, checkpoint_model_config, list_ch
 from tinylm.errors import TinyLMError, is_oom
 from tinylm.metrics import MetricsLogger
 from tinylm.runtime.compile_policy import eager_blocks
-from tinylm.runtime.device import configure_backends, describe, empty_cache, peak_flops, resolve_dtype
+from tinylm.runtime.device import configure_backends, empty_cache, peak_flops, resolve_dtype
 from tinylm.runtime.distributed import DistEnv, all_gather_objects, all_reduce_sum, cleanup, init_distributed
-from tinylm.runtime.mkl_cbwr import describe as describe_mkl
 from tinylm.runtime.run_choices import RunShape, decide_run_choices
 from tinylm.train.config import TrainConfig
 from tinylm.train.faults import StepInterrupted, StopSignal, oom_message
@@ -42,6 +41,7 @@ from tinylm.train.plot import plot_runs
 from tinylm.train.progress import Progress
 from tinylm.train.run_checkpoint import RunCheckpoints, restore_rank_rng
 from tinylm.train.run_clock import RunClock
+from tinylm.train.run_header import header_lines
 from tinylm.train.run_lock import RunLock
 from tinylm.train.run_setup import (
     acquire_run_lock,
@@ -52,6 +52,7 @@ from tinylm.train.run_setup import (
     planned_steps,
     reset_metrics_log,
 )
+from tinylm.train.run_status import RunStatus
 from tinylm.train.schedule import apply_lr
 from tinylm.train.stage import Stage, StageContext, StageStart
 from tinylm.train.step import accumulate_gradients, clip_gradients
@@ -106,6 +107,7 @@ class _Run:
             raise TinyLMError("--fsdp shards across processes: launch with torchrun --nproc_per_node=N")
         self.progress = Progress(cfg.max_steps, enabled=False)  # replaced once the start step is known
         self.lock: RunLock | None = None
+        self.status: RunStatus | None = None  # RUN/status.json, once the run folder is known
 
     def say(self, line: str) -> None:
         if self.env.is_main:
@@ -114,6 +116,14 @@ class _Run:
     def train(self) -> TrainSummary:
         try:
             return self._train()
+        except KeyboardInterrupt:  # a second Ctrl-C: at once, without the checkpoint of a polite stop
+            if self.status is not None:
+                self.status.ended("interrupted", "SIGINT", self.step, "interrupted at once (Ctrl-C twice)")
+            raise
+        except Exception as exc:
+            if self.status is not None:
+                self.status.failed(str(exc) if isinstance(exc, TinyLMError) else f"{type(exc).__name__}: {exc}")
+            raise
         finally:
             if self.lock is not None:
                 self.lock.release()
@@ -121,15 +131,18 @@ class _Run:
     def _train(self) -> TrainSummary:
         cfg, env = self.cfg, self.env
         self._setup()
-        self._announce()
+        for line in header_lines(self):
+            self.say(line)
         logger = MetricsLogger(self.run_dir, active=env.is_main, tensorboard=cfg.tensorboard, wandb=cfg.wandb,
                                run_config={"model": self.mcfg.to_dict(), "train": cfg.to_dict(),
                                            "stage": self.stage.name})
         total = planned_steps(cfg, self.tokens_per_step)
         self.progress = Progress(total, initial=self.step, enabled=cfg.progress and env.is_main)
+        self.status.running(self.step, total)
         try:
             with StopSignal() as stop:
                 summary = self._loop(stop, logger)
+            self.status.ended(summary.stopped, stop.requested, summary.steps, stop_reason(summary.stopped, cfg))
         except Exception as exc:
             if is_oom(exc):
                 empty_cache(self.device)
@@ -148,6 +161,7 @@ class _Run:
         self.run_dir = open_run_dir(cfg, env, stage)
         self.lock = RunLock(self.run_dir) if env.is_main else None
         acquire_run_lock(self.lock, self.run_dir, env, self.say)
+        self.status = RunStatus(self.run_dir, stage.name, active=env.is_main)
         point = find_resume_point(cfg.resume, self.run_dir, self.say)
         self.ckpt, self.state = point.checkpoint, point.state
         start = StageStart(cfg=cfg, env=env, device=self.device, run_dir=self.run_dir, resume=point.resume,
@@ -175,25 +189,6 @@ class _Run:
             self.step, self.tokens = self.checkpoints.restore(self.state, point.resume)
         self.peak = peak_flops(self.device, self.choices.dtype)
         self.flops_per_token = self.raw.flops_per_token(self.seq_len)
-
-    def _announce(self) -> None:
-        m, cfg, env = self.mcfg, self.cfg, self.env
-        self.say(f"run folder: {self.run_dir}")
-        for line in self.stage.describe():
-            self.say(line)
-        self.say(f"model: {cfg.preset if self.stage.name == 'pretrain' else self.stage.name} {m.arch}, "
-                 f"{self.raw.num_params():,} parameters "
-                 f"({self.raw.num_params(non_embedding=True):,} non-embedding), context {m.context_length}")
-        self.say(f"device: {describe(self.device)} x {env.world_size}, dtype {str(self.choices.dtype)[6:]}, "
-                 f"{self.tokens_per_step:,} tokens/step (batch {cfg.batch_size} x accum {cfg.grad_accum} "
-                 f"x seq {self.seq_len} x {env.world_size} proc)")
-        if self.device.type == "cpu" and (mkl := describe_mkl()):
-            self.say(mkl)
-        for line in self.choices.header_lines():
-            self.say(line)
-        self.say(self.schedule.describe())
-        if self.ckpt is not None and self.state is not None:
-            self.say(f"resumed from {self.ckpt} at step {self.step}")
 
     # ---- the loop ----------------------------------------------------------------------------------
     def _loop(self, stop: StopSignal, logger: MetricsLogger) -> TrainSummary:
@@ -280,6 +275,7 @@ class _Run:
                             "tokens_per_s": tokens_per_s, "mfu": mfu, "grad_norm": norm_value,
                             **dict(zip(names, metric_values)), "elapsed_s": clock.at(step_end)})
                 window_tokens, window_time = 0.0, 0.0
+                self.status.running(self.step)
             self.progress.update(self.step, loss_value, lr, tokens_per_s, mfu)
             if cfg.eval_every and self.step % cfg.eval_every == 0:
                 evaluation = self._evaluate(logger) or evaluation
