@@ -62,7 +62,7 @@ def test_sigint_to_a_tinylm_rl_process_while_its_reward_sleeps(tmp_path: Path) -
     (tmp_path / "sleepy.py").write_text(SLEEPY)
     args = rl_args(tmp_path / "run", "grpo", "--max-steps", "5", "--reward", "sleepy.py:score",
                    "--reward-timeout", "900")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # SIGABRT: every thread's stack
     process = subprocess.Popen([sys.executable, "-m", "tinylm", *args], cwd=tmp_path, env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
@@ -72,7 +72,12 @@ def test_sigint_to_a_tinylm_rl_process_while_its_reward_sleeps(tmp_path: Path) -
             time.sleep(0.1)
         process.send_signal(signal.SIGINT)
         sent = time.monotonic()
-        out, err = process.communicate(timeout=60)
+        try:
+            out, err = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # say where it waits: faulthandler prints each thread's stack on SIGABRT
+            process.send_signal(signal.SIGABRT)
+            stacks = process.communicate(timeout=30)[1]
+            pytest.fail(f"no exit 60 s after SIGINT; the process's threads:\n{stacks[-6000:]}")
     finally:
         if process.poll() is None:
             process.kill()

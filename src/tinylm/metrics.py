@@ -51,18 +51,15 @@ def row_problem(row: Any) -> str | None:
     return None
 
 
-def read_metrics(run_dir: str | Path, say: Callable[[str], None] = _stderr) -> list[dict[str, Any]]:
-    """The rows of a run's metrics.jsonl; damaged ones (bad bytes, not JSON, wrong types) are skipped with a notice.
+def parse_rows(data: bytes, first_line: int = 1) -> tuple[list[dict[str, Any]], list[str], int]:
+    """(rows, damaged lines, bytes used) of complete lines in `data`: the part after the last newline is left.
 
-    A torn last line, left by a kill mid-write, is skipped silently: it is what a crash leaves behind.
+    That last part is a row still being written (or a torn write a kill left), so a reader that follows
+    the file reads it whole on its next call, from the returned position.
     """
-    path = Path(run_dir) / METRICS
-    if not path.is_file():
-        raise TinyLMError(f"no {METRICS} in {run_dir}: is it a tinylm run folder?")
-    data = path.read_bytes()
-    lines = data.split(b"\n")
+    end = data.rfind(b"\n") + 1
     rows, damaged = [], []
-    for number, raw in enumerate(lines, start=1):
+    for number, raw in enumerate(data[:end].split(b"\n")[:-1], start=first_line):
         if not raw.strip():
             continue
         try:
@@ -72,8 +69,23 @@ def read_metrics(run_dir: str | Path, say: Callable[[str], None] = _stderr) -> l
             row, problem = None, "not JSON text"
         if problem is None:
             rows.append(row)
-        elif number < len(lines):  # the last piece has no newline: a torn write, not damage
+        else:
             damaged.append(f"line {number} ({problem})")
+    return rows, damaged, end
+
+
+def read_metrics(run_dir: str | Path, say: Callable[[str], None] = _stderr) -> list[dict[str, Any]]:
+    """The rows of a run's metrics.jsonl; damaged ones (bad bytes, not JSON, wrong types) are skipped with a notice.
+
+    A torn last line, left by a kill mid-write, is skipped silently: it is what a crash leaves behind.
+    """
+    path = Path(run_dir) / METRICS
+    if not path.is_file():
+        raise TinyLMError(f"no {METRICS} in {run_dir}: is it a tinylm run folder?")
+    data = path.read_bytes()
+    rows, damaged, end = parse_rows(data)
+    last = parse_rows(data[end:] + b"\n")[0] if data[end:].strip() else []
+    rows += last  # a last row without its newline counts when it is whole (a torn one does not parse)
     if damaged:
         shown = ", ".join(damaged[:3]) + (f" and {len(damaged) - 3} more" if len(damaged) > 3 else "")
         say(f"tinylm: {path}: skipped {len(damaged)} damaged row{'s' if len(damaged) > 1 else ''}: {shown}")
