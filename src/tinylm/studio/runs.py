@@ -76,7 +76,7 @@ def resolve_run(root: Path, name: str) -> Path:
     return folder
 
 
-def _newest_config(run_dir: Path) -> dict[str, Any]:
+def newest_checkpoint_config(run_dir: Path) -> dict[str, Any]:
     for checkpoint in reversed(list_checkpoints(run_dir)):
         try:
             data = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
@@ -111,7 +111,7 @@ def run_record(root: Path, run_dir: Path) -> dict[str, Any]:
     notes: list[str] = []
     rows = read_metrics(run_dir, say=notes.append) if (run_dir / METRICS).is_file() else []
     status = read_status(run_dir) or {}
-    config = _newest_config(run_dir)
+    config = newest_checkpoint_config(run_dir)
     base = config.get("base")
     parent = None
     if isinstance(base, str):

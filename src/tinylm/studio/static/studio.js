@@ -1,0 +1,184 @@
+// tinylm studio's pages. Everything shown is fetched from the studio's JSON routes, which read the run
+// folders; nothing is kept between visits, so a refresh shows what the folders say.
+"use strict";
+const studio = (() => {
+  const params = new URLSearchParams(location.search);
+  const token = params.get("token");
+  const X_FIELDS = new Set(["step", "tokens", "elapsed_s", "epoch"]);
+  const COLORS = ["#2f6fde", "#e0552c", "#2a9d5b", "#9b4bd6", "#c28a00", "#d6336c", "#0d8a8a", "#666"];
+
+  const withToken = (url) => token ? url + (url.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(token) : url;
+  document.querySelectorAll("a[data-keep-token]").forEach((a) => { a.href = withToken(a.getAttribute("href")); });
+
+  function showError(message) {
+    const box = document.getElementById("error");
+    box.textContent = message;
+    box.hidden = false;
+  }
+
+  async function getJSON(url) {
+    const reply = await fetch(withToken(url));
+    const body = await reply.json().catch(() => ({}));
+    if (!reply.ok) throw new Error(body.error ? body.error.message : `${reply.status} ${reply.statusText}`);
+    return body;
+  }
+
+  function el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) k === "class" ? (node.className = v) : node.setAttribute(k, v);
+    for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
+    return node;
+  }
+
+  const fmt = (v) => typeof v !== "number" ? String(v ?? "") : Math.abs(v) >= 1000 || Number.isInteger(v)
+    ? v.toLocaleString("en-US") : v.toPrecision(4);
+  const duration = (s) => s == null ? "" : s < 120 ? `${s.toFixed(1)} s` : `${(s / 60).toFixed(1)} min`;
+
+  function sparkline([xs, ys]) {
+    const w = 120, h = 28, svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svg.setAttribute("width", w); svg.setAttribute("height", h); svg.setAttribute("class", "spark");
+    if (xs.length > 1) {
+      const [x0, x1] = [xs[0], xs[xs.length - 1]], lo = Math.min(...ys), hi = Math.max(...ys);
+      const pts = xs.map((x, i) => `${((x - x0) / (x1 - x0 || 1)) * (w - 2) + 1},${h - 1 - ((ys[i] - lo) / (hi - lo || 1)) * (h - 2)}`);
+      const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+      line.setAttribute("points", pts.join(" ")); line.setAttribute("fill", "none"); line.setAttribute("stroke", COLORS[0]);
+      svg.append(line);
+    }
+    return svg;
+  }
+
+  // ---- the runs page: a table refreshed from /api/runs, children listed under the run they started from
+  async function runsPage() {
+    const selected = new Set();
+    const button = document.getElementById("compare");
+    button.onclick = () => { location.href = withToken("/compare?" + [...selected].map((n) => "name=" + encodeURIComponent(n)).join("&")); };
+    async function refresh() {
+      let data;
+      try { data = await getJSON("/api/runs"); } catch (e) { showError(e.message); return; }
+      document.getElementById("root").textContent = data.root;
+      const byName = new Map(data.runs.map((r) => [r.name, r]));
+      const depth = (r) => { let d = 0; for (let p = r.parent; p && byName.has(p) && d < 20; p = byName.get(p).parent) d++; return d; };
+      const order = [];
+      const visit = (r) => { order.push(r); data.runs.filter((c) => c.parent === r.name).forEach(visit); };
+      data.runs.filter((r) => !r.parent || !byName.has(r.parent)).forEach(visit);
+      const body = document.querySelector("#runs tbody");
+      body.replaceChildren(...order.map((r) => {
+        const box = el("input", { type: "checkbox" });
+        box.checked = selected.has(r.name);
+        box.onchange = () => { box.checked ? selected.add(r.name) : selected.delete(r.name); button.disabled = selected.size < 2; };
+        const best = r.best ? `${r.best.name} ${fmt(r.best.value)} @${r.best.step}` : "";
+        const link = el("a", { href: withToken("/run?name=" + encodeURIComponent(r.name)) }, r.name);
+        const name = el("td", { style: `padding-left:${8 + 18 * depth(r)}px` }, depth(r) ? "\u2514 " : "", link);
+        const status = el("span", { class: "status " + r.status, title: r.reason || "" }, r.status);
+        return el("tr", { "data-run": r.name }, el("td", {}, box), name, el("td", {}, r.stage), el("td", {}, status),
+          el("td", { class: "num" }, r.total_steps ? `${fmt(r.step)} / ${fmt(r.total_steps)}` : fmt(r.step)),
+          el("td", {}, best), el("td", {}, sparkline(r.sparkline)), el("td", {}, r.started || ""),
+          el("td", { class: "num" }, duration(r.duration_s)), el("td", {}, r.parent || ""));
+      }));
+    }
+    await refresh();
+    setInterval(refresh, 2000);
+  }
+
+  // ---- charts: one uPlot per metric, x by step / tokens / time, EMA smoothing, optional log y
+  function smooth(ys, alpha) {
+    if (!alpha) return ys;
+    let last = null;
+    return ys.map((y) => (y == null ? null : (last = last == null ? y : alpha * last + (1 - alpha) * y)));
+  }
+
+  function metricNames(rows) {
+    const names = new Set();
+    for (const r of rows) for (const [k, v] of Object.entries(r)) if (!X_FIELDS.has(k) && typeof v === "number") names.add(k);
+    return [...names].sort((a, b) => (a === "loss" ? -1 : b === "loss" ? 1 : a.localeCompare(b)));
+  }
+
+  function series(rows, metric, x) {
+    const pts = rows.filter((r) => typeof r[metric] === "number" && typeof r[x] === "number").map((r) => [r[x], r[metric]]);
+    pts.sort((a, b) => a[0] - b[0]);
+    return [pts.map((p) => p[0]), pts.map((p) => p[1])];
+  }
+
+  class Charts {
+    constructor(box) { this.box = box; this.plots = new Map(); }
+    draw(tables, labels, x, alpha, logy) {  // tables: run -> rows
+      const metrics = [...new Set(Object.values(tables).flatMap(metricNames))];
+      for (const metric of metrics) {
+        const per = labels.map((l) => series(tables[l], metric, x));
+        const joined = uPlot.join(per.map(([xs, ys]) => [xs, smooth(ys, alpha)]));
+        const key = metric + "|" + logy + "|" + labels.length;
+        let plot = this.plots.get(metric);
+        if (plot && plot.key !== key) { plot.uplot.destroy(); plot.node.remove(); plot = null; }
+        if (!plot) {
+          const node = el("div", { class: "chart", "data-metric": metric }, el("h3", {}, metric));
+          this.box.append(node);
+          const tick = (u, values) => values.map((v) => v == null ? "" : Math.abs(v) >= 1e4 ? v.toExponential(1) : +v.toPrecision(3));
+          const opts = { width: Math.max(320, this.box.clientWidth / 2 - 40), height: 220,
+            scales: { x: { time: false }, y: { distr: logy ? 3 : 1 } }, axes: [{}, { size: 64, values: tick }],
+            series: [{ label: x }, ...labels.map((l, i) => ({ label: l, stroke: COLORS[i % COLORS.length], spanGaps: true }))],
+            legend: { show: labels.length > 1 } };
+          plot = { node, key, uplot: new uPlot(opts, joined, node) };
+          this.plots.set(metric, plot);
+        } else {
+          plot.uplot.setData(joined);
+        }
+        plot.node.dataset.points = String(per.reduce((n, [xs]) => n + xs.length, 0));
+      }
+    }
+  }
+
+  function controls(redraw) {
+    for (const id of ["x", "smooth", "logy"]) document.getElementById(id).oninput = redraw;
+    return () => [document.getElementById("x").value, Number(document.getElementById("smooth").value),
+      document.getElementById("logy").checked];
+  }
+
+  // ---- one run: its rows, then what it appends, pushed by /api/events from the byte offset reached
+  async function runPage() {
+    const name = params.get("name");
+    document.getElementById("title").textContent = name;
+    let rows = [];
+    const charts = new Charts(document.getElementById("charts"));
+    const read = controls(() => draw());
+    const draw = () => { charts.draw({ [name]: rows }, [name], ...read()); document.getElementById("rows").textContent = `${rows.length} rows`; };
+    const showStatus = (s) => {
+      const state = document.getElementById("state");
+      state.replaceChildren(el("span", { class: "status " + (s.status || ""), id: "status" }, s.status || "no status"), " ", s.reason || "");
+    };
+    let info;
+    try { info = await getJSON("/api/run?name=" + encodeURIComponent(name)); } catch (e) { showError(e.message); return; }
+    showStatus({ status: info.status, reason: info.reason });
+    const config = Object.entries(info.config || {}).filter(([k]) => k !== "model" && k !== "train");
+    const table = document.querySelector("#config tbody");
+    for (const section of ["model", "train"]) for (const [k, v] of Object.entries((info.config || {})[section] || {}))
+      table.append(el("tr", {}, el("td", {}, `${section}.${k}`), el("td", {}, JSON.stringify(v))));
+    for (const [k, v] of config) table.append(el("tr", {}, el("td", {}, k), el("td", {}, JSON.stringify(v))));
+    document.getElementById("checkpoints").replaceChildren(...info.checkpoints.map((c) => el("li", {}, c)));
+    const first = await getJSON("/api/metrics?name=" + encodeURIComponent(name));
+    rows = first.rows;
+    draw();
+    const live = new EventSource(withToken(`/api/events?name=${encodeURIComponent(name)}&offset=${first.offset}&line=${first.first_line}`));
+    live.onmessage = (event) => {
+      const update = JSON.parse(event.data);
+      rows = update.reset ? update.rows : rows.concat(update.rows);
+      if (update.status) showStatus(update.status);
+      draw();
+    };
+  }
+
+  // ---- compare: every metric overlaid, and the config fields that differ
+  async function comparePage() {
+    const names = params.getAll("name");
+    document.getElementById("names").textContent = names.join(" vs ");
+    let data;
+    try { data = await getJSON("/api/compare?" + names.map((n) => "name=" + encodeURIComponent(n)).join("&")); } catch (e) { showError(e.message); return; }
+    document.querySelector("#diff thead").replaceChildren(el("tr", {}, el("th", {}, "field"), ...data.runs.map((n) => el("th", {}, n))));
+    document.querySelector("#diff tbody").replaceChildren(...Object.entries(data.differences).map(([field, values]) =>
+      el("tr", { "data-field": field }, el("td", {}, field), ...data.runs.map((n) => el("td", {}, JSON.stringify(values[n]))))));
+    const charts = new Charts(document.getElementById("charts"));
+    const read = controls(() => charts.draw(data.rows, data.runs, ...read()));
+    charts.draw(data.rows, data.runs, ...read());
+  }
+
+  return { runsPage, runPage, comparePage };
+})();

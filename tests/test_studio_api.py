@@ -1,0 +1,137 @@
+"""The studio's JSON routes over real run folders: runs, one run, incremental metrics, the live stream, compare,
+and every bad request a 4xx JSON error while the studio keeps serving."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from studio_support import studio
+from test_train_support import cli_args
+from tinylm.cli.main import main
+from tinylm.studio.app import config_differences
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("studio")
+    assert main(cli_args(root / "a", "--max-steps", "4")) == 0
+    assert main(cli_args(root / "b", "--max-steps", "3", "--lr", "0.01")) == 0
+    return root
+
+
+def test_runs_and_one_run(root: Path) -> None:
+    with studio(root) as url:
+        runs = httpx.get(f"{url}/api/runs").json()
+        assert [r["name"] for r in runs["runs"]] == ["a", "b"] and runs["root"] == str(root.resolve())
+        one = httpx.get(f"{url}/api/run", params={"name": "a"}).json()
+        assert one["status"] == "finished" and one["status_file"]["step"] == 4
+        assert one["config"]["model"]["arch"] == "modern" and one["checkpoints"] == ["step_00000004"]
+        for page in ("/", "/run?name=a", "/compare?name=a&name=b"):
+            reply = httpx.get(url + page)
+            assert reply.status_code == 200 and "tinylm studio" in reply.text
+        assert httpx.get(f"{url}/static/vendor/uPlot.iife.min.js").status_code == 200
+
+
+def test_metrics_are_read_from_the_offset_reached(root: Path) -> None:
+    with studio(root) as url:
+        whole = httpx.get(f"{url}/api/metrics", params={"name": "a"}).json()
+        assert [r["step"] for r in whole["rows"] if "loss" in r] == [1, 2, 3, 4]
+        assert whole["offset"] == (root / "a" / "metrics.jsonl").stat().st_size
+        after = httpx.get(f"{url}/api/metrics", params={"name": "a", "offset": whole["offset"]}).json()
+        assert after["rows"] == [] and after["offset"] == whole["offset"]
+
+
+def test_the_event_stream_pushes_rows_as_they_are_appended(root: Path, tmp_path: Path) -> None:
+    shutil.copytree(root / "a", tmp_path / "live")
+    log = tmp_path / "live" / "metrics.jsonl"
+    start = log.stat().st_size
+
+    def append() -> None:
+        time.sleep(0.8)
+        with log.open("a") as f:
+            f.write(json.dumps({"step": 5, "loss": 1.25}) + "\n")
+
+    with studio(tmp_path) as url:
+        threading.Thread(target=append, daemon=True).start()
+        with httpx.stream("GET", f"{url}/api/events", params={"name": "live", "offset": start}, timeout=20) as reply:
+            events = []
+            for line in reply.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    if any(r.get("step") == 5 for e in events for r in e["rows"]):
+                        break
+    first = events[0]
+    assert first["rows"] == [] and first["status"]["status"] == "finished"  # the status comes first, at once
+    assert events[-1]["rows"] == [{"step": 5, "loss": 1.25}] and events[-1]["offset"] == log.stat().st_size
+
+
+def test_compare_gives_rows_and_only_the_fields_that_differ(root: Path) -> None:
+    with studio(root) as url:
+        data = httpx.get(f"{url}/api/compare", params=[("name", "a"), ("name", "b")]).json()
+    assert data["runs"] == ["a", "b"] and len(data["rows"]["a"]) > len(data["rows"]["b"])
+    differences = data["differences"]
+    assert differences["train.lr"]["b"] == 0.01 and differences["train.lr"]["a"] != 0.01
+    assert "train.max_steps" in differences and "model.n_embed" not in differences  # same model: not listed
+    assert not any(k.startswith(("metrics.", "lineage", "step")) or k == "train.out" for k in differences)
+
+
+def test_config_differences_count_a_missing_field() -> None:
+    diff = config_differences({"x": {"train": {"lr": 1, "out": "x"}, "a": 1, "step": 5},
+                               "y": {"train": {"lr": 1, "out": "y"}, "step": 9}})
+    assert diff == {"a": {"x": 1, "y": None}}  # results (step) and the run's own folder are not settings
+
+
+@pytest.mark.parametrize("path, status, message", [
+    ("/api/run?name=../etc", 404, "no run"),
+    ("/api/run?name=nope", 404, "no run"),
+    ("/api/run?name=%2Fetc%2Fpasswd", 404, "no run"),
+    ("/api/metrics?name=a&offset=-1", 422, ""),
+    ("/api/compare?name=a", 400, "two or more"),
+    ("/api/compare?name=a&name=a", 400, "two or more"),
+    ("/static/../pyproject.toml", 404, ""),
+    ("/static/%2e%2e/app.py", 404, ""),
+    ("/static/..%2fapp.py", 404, ""),
+])
+def test_bad_requests_are_4xx_json_and_the_studio_keeps_serving(root: Path, path: str, status: int,
+                                                                message: str) -> None:
+    with studio(root) as url:
+        reply = httpx.get(url + path)
+        assert reply.status_code == status, reply.text
+        if message:
+            assert message in reply.json()["error"]["message"]
+        assert httpx.get(f"{url}/api/runs").status_code == 200
+
+
+def test_a_run_with_a_damaged_log_and_no_config_is_shown(root: Path, tmp_path: Path) -> None:
+    shutil.copytree(root / "a", tmp_path / "damaged")
+    shutil.rmtree(tmp_path / "damaged" / "checkpoints")
+    with (tmp_path / "damaged" / "metrics.jsonl").open("ab") as f:
+        f.write(b"\xff\xfe not json\n")
+    with studio(tmp_path) as url:
+        one = httpx.get(f"{url}/api/run", params={"name": "damaged"}).json()
+    assert one["config"] == {} and one["checkpoints"] == [] and one["notes"]  # shown, with what was wrong
+
+
+def test_a_token_is_required_on_every_request_when_set(root: Path) -> None:
+    with studio(root, token="s3cret") as url:
+        assert httpx.get(f"{url}/api/runs").status_code == 401
+        assert httpx.get(f"{url}/").status_code == 401
+        assert httpx.get(f"{url}/api/runs", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert httpx.get(f"{url}/api/runs", params={"token": "s3cret"}).status_code == 200
+        assert httpx.get(f"{url}/api/runs", params={"token": "wrong"}).status_code == 401
+
+
+def test_the_command_refuses_other_machines_without_a_token(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["studio", "--runs", str(tmp_path), "--host", "0.0.0.0"]) == 1
+    assert "give --token" in capsys.readouterr().err
+    assert main(["studio", "--runs", str(tmp_path / "missing")]) == 1

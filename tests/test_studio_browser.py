@@ -1,0 +1,118 @@
+"""The studio's pages in a real headless browser (Debian's chromium via Selenium) while a real run trains.
+
+A `tinylm train` process writes its folder; the run page's loss curve grows without a reload, a reload
+shows every point again, SIGTERM to the process turns its status to "stopped" on the open page, and
+the compare page overlays two runs with the config fields that differ.
+
+Set TINYLM_DOCS_SCREENSHOT_DIR=docs/img to save the screenshots the docs show.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from studio_support import studio
+from test_train_support import cli_args
+from tinylm.cli.main import main
+from tinylm.train.run_status import read_status
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+if CHROMIUM is None or DRIVER is None:
+    pytest.skip("no headless browser: install Debian's chromium and chromium-driver (.ci/run does)",
+                allow_module_level=True)
+
+from selenium import webdriver  # noqa: E402 - only once a browser is known to exist
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--window-size=1280,900", "--no-first-run", "--disable-extensions"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def screenshot(browser: webdriver.Chrome, name: str) -> None:
+    folder = os.environ.get("TINYLM_DOCS_SCREENSHOT_DIR")
+    if folder:
+        browser.save_screenshot(str(Path(folder) / name))
+
+
+def loss_points(browser: webdriver.Chrome) -> int:
+    charts = browser.find_elements(By.CSS_SELECTOR, '.chart[data-metric="loss"]')
+    return int(charts[0].get_attribute("data-points") or 0) if charts else 0
+
+
+def test_a_live_run_grows_on_its_page_survives_a_reload_and_stops(browser: webdriver.Chrome, tmp_path: Path) -> None:
+    run = tmp_path / "live"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "tinylm", *cli_args(run, "--max-steps", "100000")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((status := read_status(run)) and status["step"] >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
+            time.sleep(0.05)
+        with studio(tmp_path) as url:
+            browser.get(f"{url}/")
+            WebDriverWait(browser, 20).until(lambda b: b.find_elements(By.CSS_SELECTOR, 'tr[data-run="live"]'))
+            row = browser.find_element(By.CSS_SELECTOR, 'tr[data-run="live"]')
+            assert "running" in row.text and "pretrain" in row.text
+            browser.get(f"{url}/run?name=live")
+            WebDriverWait(browser, 20).until(lambda b: loss_points(b) > 0)
+            first = loss_points(browser)
+            WebDriverWait(browser, 30).until(lambda b: loss_points(b) >= first + 5)  # pushed, not reloaded
+            screenshot(browser, "studio-run.png")
+            browser.refresh()
+            WebDriverWait(browser, 20).until(lambda b: loss_points(b) >= first + 5)  # a reload loses nothing
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+            WebDriverWait(browser, 20).until(lambda b: b.find_element(By.ID, "status").text == "stopped")
+            assert "--resume latest" in browser.find_element(By.ID, "state").text
+            stopped_at = read_status(run)["step"]
+            WebDriverWait(browser, 20).until(lambda b: loss_points(b) >= stopped_at)  # every logged step shown
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 130
+
+
+def test_compare_overlays_two_runs_and_lists_what_differs(browser: webdriver.Chrome, tmp_path: Path) -> None:
+    assert main(cli_args(tmp_path / "a", "--max-steps", "6")) == 0
+    assert main(cli_args(tmp_path / "b", "--max-steps", "6", "--lr", "0.01")) == 0
+    with studio(tmp_path) as url:
+        browser.get(f"{url}/")
+        WebDriverWait(browser, 20).until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#runs tbody tr")) == 2)
+        for box in browser.find_elements(By.CSS_SELECTOR, "#runs tbody input[type=checkbox]"):
+            box.click()
+        screenshot(browser, "studio-runs.png")
+        browser.find_element(By.ID, "compare").click()
+        WebDriverWait(browser, 20).until(lambda b: b.find_elements(By.CSS_SELECTOR, 'tr[data-field="train.lr"]'))
+        lr = browser.find_element(By.CSS_SELECTOR, 'tr[data-field="train.lr"]').text
+        assert "0.01" in lr
+        assert not browser.find_elements(By.CSS_SELECTOR, 'tr[data-field="model.n_embed"]')  # equal: not listed
+        WebDriverWait(browser, 20).until(lambda b: loss_points(b) == 12)  # both runs' six steps on one chart
+        legend = browser.find_element(By.CSS_SELECTOR, '.chart[data-metric="loss"] .u-legend').text
+        assert "a" in legend and "b" in legend
+        screenshot(browser, "studio-compare.png")
