@@ -11,14 +11,16 @@ from pathlib import Path
 import uvicorn
 
 from serve_support import free_port
-from tinylm.studio.app import create_app
+from tinylm.studio.app import SHUTDOWN_GRACE_S, create_app
 
 
 @contextlib.contextmanager
 def studio(root: Path, token: str | None = None) -> Iterator[str]:
     """The base URL of a studio serving `root`, stopped on exit."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(root, token), host="127.0.0.1", port=port, log_level="warning"))
+    config = uvicorn.Config(create_app(root, token), host="127.0.0.1", port=port, log_level="warning",
+                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -135,3 +135,38 @@ def test_the_command_refuses_other_machines_without_a_token(tmp_path: Path,
     assert main(["studio", "--runs", str(tmp_path), "--host", "0.0.0.0"]) == 1
     assert "give --token" in capsys.readouterr().err
     assert main(["studio", "--runs", str(tmp_path / "missing")]) == 1
+
+
+def test_the_studio_command_serves_and_stops_on_sigterm_with_a_page_still_open(root: Path) -> None:
+    """A browser's event stream never ends by itself: SIGTERM must not wait for it (it did, for 30 s)."""
+    import os
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "tinylm", "studio", "--runs", str(root), "--port", "0"],
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        line = process.stderr.readline()
+        url = re.search(r"http://\S+?/", line).group(0).rstrip("/")
+        assert "a" in {r["name"] for r in httpx.get(f"{url}/api/runs").json()["runs"]}
+        opened = threading.Event()
+
+        def watch() -> None:
+            try:
+                with httpx.stream("GET", f"{url}/api/events", params={"name": "a"}, timeout=60) as reply:
+                    for _ in reply.iter_lines():
+                        opened.set()
+            except httpx.HTTPError:  # the server going away ends the stream mid-body: what this test does
+                pass
+
+        threading.Thread(target=watch, daemon=True).start()
+        assert opened.wait(20)
+        process.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        process.wait(timeout=30)
+        assert time.monotonic() - start < 10 and process.returncode in (0, -signal.SIGTERM)
+    finally:
+        if process.poll() is None:
+            process.kill()

@@ -32,6 +32,7 @@ from tinylm.train.run_status import read_status
 
 STATIC = Path(__file__).with_name("static")
 POLL_S = 0.5  # how often a live stream looks at the file's size
+SHUTDOWN_GRACE_S = 1.0  # an open page's event stream never ends by itself: stopping waits this long for it
 PAGES = {"/": "index.html", "/run": "run.html", "/compare": "compare.html"}
 
 

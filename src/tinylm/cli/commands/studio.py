@@ -46,7 +46,7 @@ def is_loopback(host: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from tinylm.studio.app import create_app  # FastAPI and the pages load only for this command
+    from tinylm.studio.app import SHUTDOWN_GRACE_S, create_app  # FastAPI and the pages load only for this command
 
     root = Path(args.runs)
     if not root.is_dir():
@@ -58,5 +58,6 @@ def run(args: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     suffix = f"?token={token}" if token else ""
     print(f"tinylm: studio for {root.resolve()} at http://{host}:{port}/{suffix}", file=sys.stderr, flush=True)
-    uvicorn.Server(uvicorn.Config(create_app(root, token), log_level="warning")).run(sockets=[sock])
+    config = uvicorn.Config(create_app(root, token), log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    uvicorn.Server(config).run(sockets=[sock])
     return 0
