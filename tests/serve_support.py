@@ -51,8 +51,16 @@ def serving(run_dir: Path, api_key: str | None = None, max_slots: int = 16, pref
     if wrap is not None:
         wrap(served.scheduler)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(served, api_key), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
+    config = uvicorn.Config(create_app(served, api_key), host="127.0.0.1", port=port, log_level="warning",
+                            lifespan="on")
+    with uvicorn_in_thread(config) as server:
+        yield f"http://127.0.0.1:{port}", served, server
+
+
+@contextmanager
+def uvicorn_in_thread(config: uvicorn.Config) -> Iterator[uvicorn.Server]:
+    """A uvicorn server running `config` in a daemon thread, started before this yields, stopped after."""
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -61,7 +69,7 @@ def serving(run_dir: Path, api_key: str | None = None, max_slots: int = 16, pref
             raise RuntimeError("the test server did not start")
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}", served, server
+        yield server
     finally:
         server.should_exit = True
         thread.join(30)

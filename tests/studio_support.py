@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import uvicorn
 
-from serve_support import free_port
+from serve_support import free_port, uvicorn_in_thread
 from tinylm.studio.app import SHUTDOWN_GRACE_S, create_app
 
 
@@ -20,16 +18,5 @@ def studio(root: Path, token: str | None = None) -> Iterator[str]:
     port = free_port()
     config = uvicorn.Config(create_app(root, token), host="127.0.0.1", port=port, log_level="warning",
                             timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the studio did not start")
-        time.sleep(0.02)
-    try:
+    with uvicorn_in_thread(config):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)

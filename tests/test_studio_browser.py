@@ -10,7 +10,6 @@ Set TINYLM_DOCS_SCREENSHOT_DIR=docs/img to save the screenshots the docs show.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,37 +18,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
+from browser_support import headless_chromium  # skips this module where no browser is installed
 from studio_support import studio
 from test_train_support import cli_args
 from tinylm.cli.main import main
 from tinylm.train.run_status import read_status
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-if CHROMIUM is None or DRIVER is None:
-    pytest.skip("no headless browser: install Debian's chromium and chromium-driver (.ci/run does)",
-                allow_module_level=True)
-
-from selenium import webdriver  # noqa: E402 - only once a browser is known to exist
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[webdriver.Chrome]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1280,900", "--no-first-run", "--disable-extensions"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
-    driver.set_page_load_timeout(30)
-    try:
-        yield driver
-    finally:
-        driver.quit()
+    yield from headless_chromium(1280, 900)
 
 
 def screenshot(browser: webdriver.Chrome, name: str) -> None:

@@ -127,7 +127,12 @@ const studio = (() => {
     }
   }
 
-  function controls(redraw) {
+  function controls(redraw) {  // the chart controls, the same on every page with charts
+    const select = el("select", { id: "x" }, ...[["step", "step"], ["tokens", "tokens"], ["elapsed_s", "time (s)"]]
+      .map(([value, label]) => el("option", { value }, label)));
+    const slider = el("input", { id: "smooth", type: "range", min: "0", max: "0.99", step: "0.01", value: "0" });
+    document.getElementById("controls").prepend(el("label", {}, "x ", select), el("label", {}, "smoothing ", slider),
+      el("label", {}, el("input", { id: "logy", type: "checkbox" }), " log y"));
     for (const id of ["x", "smooth", "logy"]) document.getElementById(id).oninput = redraw;
     return () => [document.getElementById("x").value, Number(document.getElementById("smooth").value),
       document.getElementById("logy").checked];
