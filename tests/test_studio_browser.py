@@ -100,3 +100,49 @@ def test_compare_overlays_two_runs_and_lists_what_differs(browser: webdriver.Chr
         legend = browser.find_element(By.CSS_SELECTOR, '.chart[data-metric="loss"] .u-legend').text
         assert "a" in legend and "b" in legend
         screenshot(browser, "studio-compare.png")
+
+
+def test_launch_from_the_form_then_stop_and_resume_from_the_run_page(browser: webdriver.Chrome,
+                                                                     tmp_path: Path) -> None:
+    """The form is the stage's options: a value out of range shows the CLI's line; Launch, Stop, Resume work."""
+    from selenium.webdriver.support.ui import Select
+
+    from test_studio_launch import micro_options
+
+    values = micro_options(max_steps=100000)
+    with studio(tmp_path) as url:
+        browser.get(f"{url}/launch")
+        WebDriverWait(browser, 20).until(lambda b: b.find_elements(By.ID, "field-batch_size"))
+        Select(browser.find_element(By.ID, "stage")).select_by_value("pretrain")
+        name = browser.find_element(By.ID, "name")
+        name.clear()
+        name.send_keys("from-form")
+        for field, value in values.items():
+            text = " ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else str(value)
+            element = browser.find_element(By.ID, f"field-{field}")
+            if element.tag_name == "select":
+                Select(element).select_by_value(text)
+            else:
+                element.clear()
+                element.send_keys(text)
+        batch = browser.find_element(By.ID, "field-batch_size")
+        batch.clear()
+        batch.send_keys("0")
+        refusal = "--batch-size must be >= 1 (got 0)"  # the command line's own line
+        WebDriverWait(browser, 20).until(lambda b: refusal in b.find_element(By.ID, "error").text)
+        batch.clear()
+        batch.send_keys("4")
+        WebDriverWait(browser, 20).until(lambda b: "--batch-size 4" in b.find_element(By.ID, "preview").text)
+        screenshot(browser, "studio-launch.png")
+        browser.find_element(By.ID, "launch").click()
+        WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.ID, "status")
+                                         and b.find_element(By.ID, "status").text == "running")
+        WebDriverWait(browser, 30).until(lambda b: loss_points(b) > 3)
+        browser.find_element(By.ID, "stop").click()
+        WebDriverWait(browser, 60).until(lambda b: b.find_element(By.ID, "status").text == "stopped")
+        browser.find_element(By.ID, "resume").click()
+        WebDriverWait(browser, 60).until(lambda b: b.find_element(By.ID, "status").text == "running")
+        WebDriverWait(browser, 20).until(lambda b: "resumed from" in b.find_element(By.ID, "console").text)
+        browser.find_element(By.ID, "stop").click()
+        WebDriverWait(browser, 60).until(lambda b: b.find_element(By.ID, "status").text == "stopped")
+    assert read_status(tmp_path / "from-form")["status"] == "stopped"

@@ -5,7 +5,10 @@
     GET /api/metrics?name=N&offset=B       the rows after byte B of its metrics.jsonl, and the next offset
     GET /api/events?name=N&offset=B        the same, pushed as Server-Sent Events while the run writes them
     GET /api/compare?name=A&name=B...      each run's rows, and only the config fields that differ
-    GET /  /run  /compare                  the pages (static files; the charts are the vendored uPlot)
+    GET /api/stages                        every stage's form, from the stage table and option fields
+    POST /api/preview, /api/launch         a form's command line; start it as a new run (launch.py)
+    POST /api/stop, /api/resume            SIGTERM to a run's process group; continue it (--resume latest)
+    GET /  /run  /compare  /launch         the pages (static files; the charts are the vendored uPlot)
 
 Every answer is read from disk when it is asked for. A refused request is a 4xx JSON error naming
 what was wrong, and the studio keeps serving. With a token (required off loopback), every request
@@ -26,14 +29,16 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 
+from tinylm.studio import launch as launcher
 from tinylm.studio.follow import read_after
 from tinylm.studio.runs import StudioError, list_runs, newest_checkpoint_config, resolve_run, run_record
-from tinylm.train.run_status import read_status
+from tinylm.train.run_status import read_status, run_state
 
 STATIC = Path(__file__).with_name("static")
 POLL_S = 0.5  # how often a live stream looks at the file's size
+CONSOLE_TAIL = 8192  # bytes of a run's console shown
 SHUTDOWN_GRACE_S = 1.0  # an open page's event stream never ends by itself: stopping waits this long for it
-PAGES = {"/": "index.html", "/run": "run.html", "/compare": "compare.html"}
+PAGES = {"/": "index.html", "/run": "run.html", "/compare": "compare.html", "/launch": "launch.html"}
 
 
 def newest_config(run_dir: Path) -> dict[str, Any]:
@@ -119,10 +124,10 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
             yield ": connected\n\n"
             while not await request.is_disconnected():
                 update = await asyncio.to_thread(read_after, folder, position, number)
-                now = read_status(folder)
+                now = (read_status(folder), run_state(folder))
                 if update.rows or update.reset or now != status:
                     status = now
-                    yield f"data: {json.dumps({**update.__dict__, 'status': now})}\n\n"
+                    yield f"data: {json.dumps({**update.__dict__, 'status': now[0], 'state': now[1]})}\n\n"
                 position, number = update.offset, update.first_line
                 await asyncio.sleep(POLL_S)
 
@@ -138,10 +143,68 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
         configs = {n: newest_config(f) for n, f in folders.items()}
         return {"runs": list(folders), "rows": rows, "differences": config_differences(configs)}
 
+    async def json_body(request: Request) -> dict[str, Any]:
+        """The JSON object of a POST. Only `application/json` from this origin: a page elsewhere cannot send it
+        without the browser asking first, which the studio never allows, so no other site can start a run."""
+        if not request.headers.get("content-type", "").startswith("application/json"):
+            raise StudioError("send the request as application/json", 415)
+        origin = request.headers.get("origin")
+        if origin is not None and origin.split("://", 1)[-1] != request.headers.get("host"):
+            raise StudioError(f"requests from {origin} are not accepted", 403)
+        try:
+            body = await request.json()
+        except ValueError:
+            raise StudioError("the request body is not JSON") from None
+        if not isinstance(body, dict):
+            raise StudioError("the request body must be a JSON object")
+        return body
+
+    @app.get("/api/console")
+    async def console(name: str) -> dict[str, Any]:
+        """The last lines of RUN/console.log, the output of a run the studio launched."""
+        file = resolve_run(root, name) / launcher.CONSOLE
+        if not file.is_file():
+            raise StudioError(f"{name} has no {launcher.CONSOLE} (only runs launched from the studio have one)", 404)
+        with file.open("rb") as f:
+            f.seek(max(0, file.stat().st_size - CONSOLE_TAIL))
+            return {"text": f.read().decode("utf-8", errors="replace")}
+
+    @app.get("/api/stages")
+    async def stages() -> dict[str, Any]:
+        return {"stages": launcher.stage_forms()}
+
+    @app.post("/api/launch")
+    async def launch(request: Request) -> dict[str, Any]:
+        body = await json_body(request)
+        return launcher.launch(root, str(body.get("stage", "")), str(body.get("name", "")),
+                               _options(body.get("options", {})))
+
+    @app.post("/api/preview")
+    async def preview(request: Request) -> dict[str, Any]:
+        body = await json_body(request)
+        argv = launcher.command_line(str(body.get("stage", "")), _options(body.get("options", {})),
+                                     root / str(body.get("name", "NAME")))
+        return {"argv": ["tinylm", *argv]}
+
+    @app.post("/api/stop")
+    async def stop(request: Request) -> dict[str, Any]:
+        return launcher.stop(root, str((await json_body(request)).get("name", "")))
+
+    @app.post("/api/resume")
+    async def resume(request: Request) -> dict[str, Any]:
+        body = await json_body(request)
+        return launcher.resume(root, str(body.get("name", "")), _options(body.get("options", {})))
+
     for path, file in PAGES.items():
         app.add_api_route(path, _page(file), methods=["GET"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
+
+
+def _options(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise StudioError("options must be a JSON object of option names and values")
+    return value
 
 
 def _page(file: str) -> Any:

@@ -1,6 +1,7 @@
 """The runs under a root folder, as the studio shows them: each one read from its own files, nothing cached.
 
-A run folder is any folder holding `metrics.jsonl`, `status.json` or `checkpoints/` (a pipeline's stages
+A run folder is any folder holding `metrics.jsonl`, `status.json`, `checkpoints/` or the `console.log` of a
+run the studio launched (a pipeline's stages
 are run folders inside its folder). What a record says comes from those files alone, so a page refresh,
 a second tab or a restarted studio shows the same thing:
 
@@ -24,7 +25,8 @@ from tinylm.checkpoint.layout import CHECKPOINTS, list_checkpoints
 from tinylm.metrics import METRICS, read_metrics
 from tinylm.train.run_status import STATUS_FILE, read_status, run_state
 
-MARKERS = (METRICS, STATUS_FILE, CHECKPOINTS)
+CONSOLE = "console.log"  # the output of a run the studio launched: a run from the moment it starts
+MARKERS = (METRICS, STATUS_FILE, CHECKPOINTS, CONSOLE)
 # the headline evaluation of each kind of run, and whether higher is better
 HEADLINES: tuple[tuple[str, bool], ...] = (("exact_match", True), ("dev_accuracy", True), ("dev_bpb", False),
                                             ("dev_loss", False))

@@ -16,6 +16,14 @@ const studio = (() => {
     box.hidden = false;
   }
 
+  async function postJSON(url, body) {
+    const reply = await fetch(withToken(url), { method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body) });
+    const answer = await reply.json().catch(() => ({}));
+    if (!reply.ok) throw new Error(answer.error ? answer.error.message : `${reply.status} ${reply.statusText}`);
+    return answer;
+  }
+
   async function getJSON(url) {
     const reply = await fetch(withToken(url));
     const body = await reply.json().catch(() => ({}));
@@ -149,7 +157,19 @@ const studio = (() => {
     const showStatus = (s) => {
       const state = document.getElementById("state");
       state.replaceChildren(el("span", { class: "status " + (s.status || ""), id: "status" }, s.status || "no status"), " ", s.reason || "");
+      document.getElementById("stop").hidden = s.status !== "running";
+      document.getElementById("resume").hidden = !["stopped", "interrupted", "failed", "died"].includes(s.status);
     };
+    const act = (what) => async () => {
+      try { await postJSON("/api/" + what, { name }); } catch (e) { showError(e.message); }
+    };
+    document.getElementById("stop").onclick = act("stop");
+    document.getElementById("resume").onclick = act("resume");
+    const tail = async () => {
+      try { document.getElementById("console").textContent = (await getJSON("/api/console?name=" + encodeURIComponent(name))).text; } catch (e) { /* no console */ }
+    };
+    tail();
+    setInterval(tail, 2000);
     let info;
     try { info = await getJSON("/api/run?name=" + encodeURIComponent(name)); } catch (e) { showError(e.message); return; }
     showStatus({ status: info.status, reason: info.reason });
@@ -166,7 +186,7 @@ const studio = (() => {
     live.onmessage = (event) => {
       const update = JSON.parse(event.data);
       rows = update.reset ? update.rows : rows.concat(update.rows);
-      if (update.status) showStatus(update.status);
+      if (update.status) showStatus({ ...update.status, status: update.state || update.status.status });
       draw();
     };
   }
@@ -185,5 +205,65 @@ const studio = (() => {
     charts.draw(data.rows, data.runs, ...read());
   }
 
-  return { runsPage, runPage, comparePage };
+  // ---- launch: a form per stage, generated from the stage table's option fields (/api/stages)
+  async function launchPage() {
+    let forms;
+    try { forms = (await getJSON("/api/stages")).stages; } catch (e) { showError(e.message); return; }
+    const stage = document.getElementById("stage");
+    stage.replaceChildren(...forms.map((f) => el("option", { value: f.stage }, `${f.stage} (tinylm ${f.command})`)));
+    const current = () => forms.find((f) => f.stage === stage.value);
+    const values = () => {
+      const out = {};
+      for (const input of document.querySelectorAll("#form [data-field]")) {
+        const field = current().fields.find((f) => f.name === input.dataset.field);
+        const raw = input.type === "checkbox" ? input.checked : input.value.trim();
+        const dflt = field.default ?? (field.kind === "bool" ? false : "");
+        if (input.type === "checkbox" ? raw === dflt : raw === String(dflt)) continue;  // unchanged: the default
+        out[field.name] = field.items ? raw.split(/\s+/).filter(Boolean) : raw;
+      }
+      return out;
+    };
+    const preview = async () => {
+      document.getElementById("error").hidden = true;
+      try {
+        const answer = await postJSON("/api/preview", { stage: stage.value, name: document.getElementById("name").value, options: values() });
+        document.getElementById("preview").textContent = answer.argv.join(" ");
+      } catch (e) { showError(e.message); }
+    };
+    const render = () => {
+      const form = current();
+      document.getElementById("stage-help").textContent = form.help;
+      const groups = new Map();
+      for (const field of form.fields) {
+        const input = field.kind === "bool" ? el("input", { type: "checkbox" })
+          : field.choices ? el("select", {}, ...(field.optional ? [el("option", { value: "" }, "")] : []), ...field.choices.map((c) => el("option", { value: c }, c)))
+          : el("input", { type: field.kind === "int" || field.kind === "float" ? "number" : "text", step: "any" });
+        input.dataset.field = field.name;
+        input.id = "field-" + field.name;
+        if (field.kind === "bool") input.checked = !!field.default;
+        else input.value = field.items ? "" : (field.default ?? "");
+        input.oninput = preview;
+        const range = [field.low != null ? `>= ${field.low}` : "", field.high != null ? `<= ${field.high}` : ""].filter(Boolean).join(", ");
+        const row = el("div", { class: "field" }, el("label", { for: input.id }, field.flag + (field.required ? " *" : "")), input,
+          el("small", {}, field.help + (range ? ` (${range})` : "")));
+        const group = field.group || "options";
+        if (!groups.has(group)) groups.set(group, el("fieldset", {}, el("legend", {}, group)));
+        groups.get(group).append(row);
+      }
+      document.getElementById("form").replaceChildren(...groups.values());
+      preview();
+    };
+    stage.onchange = render;
+    document.getElementById("name").oninput = preview;
+    document.getElementById("launch").onclick = async () => {
+      const name = document.getElementById("name").value;
+      try {
+        await postJSON("/api/launch", { stage: stage.value, name, options: values() });
+        location.href = withToken("/run?name=" + encodeURIComponent(name));
+      } catch (e) { showError(e.message); }
+    };
+    render();
+  }
+
+  return { runsPage, runPage, comparePage, launchPage };
 })();

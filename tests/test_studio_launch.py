@@ -1,0 +1,95 @@
+"""Launch, stop and resume from the studio: real `tinylm train` processes, options checked as the CLI checks them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from studio_support import studio
+from test_train_support import MICRO, data_dir
+from tinylm.options import option_specs
+from tinylm.stages import STAGES
+from tinylm.studio.launch import command_line, stage_forms
+from tinylm.train.run_status import read_status, run_state
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def micro_options(**changes: object) -> dict[str, object]:
+    """The form values of the tests' micro pretraining run (test_train_support.cli_args, as a form sends them)."""
+    return {"data": str(data_dir()), "overrides": {k: v for k, v in MICRO.items()}, "batch_size": 4, "seq_len": 16,
+            "warmup_steps": 2, "log_every": 1, "eval_every": 0, "eval_batches": 4, "sample_tokens": 0, "seed": 3,
+            "threads": 1, "dtype": "fp32", "compile": "off", "attention": "sdpa", **changes}
+
+
+def test_every_stage_has_a_form_with_its_option_fields() -> None:
+    forms = {f["stage"]: f for f in stage_forms()}
+    assert list(forms) == list(STAGES) and forms["pretrain"]["command"] == "train"
+    for name, spec in STAGES.items():
+        names = {f["name"] for f in forms[name]["fields"]}
+        assert names == {o.name for o in option_specs(spec.config)} - {"out", "resume"}
+    batch = next(f for f in forms["pretrain"]["fields"] if f["name"] == "batch_size")
+    assert (batch["flag"], batch["kind"], batch["low"]) == ("--batch-size", "int", 1)
+    assert next(f for f in forms["sft"]["fields"] if f["name"] == "base")["required"]
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"batch_size": 0}, "--batch-size must be >= 1 (got 0)"),
+    ({"batch_size": "many"}, "--batch-size takes a whole number, got 'many'"),
+    ({"optimizer": "sgd"}, "--optimizer must be one of"),
+    ({"nope": 1}, "train has no option 'nope'"),
+    ({"overrides": ["n_head"]}, "--set takes NAME=VALUE items"),
+])
+def test_a_bad_value_gets_the_command_lines_message(values: dict, message: str, tmp_path: Path) -> None:
+    with studio(tmp_path) as url:
+        reply = httpx.post(f"{url}/api/launch", json={"stage": "pretrain", "name": "x", "options": values})
+        assert reply.status_code == 400 and message in reply.json()["error"]["message"]
+        assert not (tmp_path / "x").exists()  # nothing started, nothing written
+
+
+def test_the_preview_is_the_command_line() -> None:
+    argv = command_line("pretrain", {"batch_size": 8, "overrides": {"n_kv_head": 1}, "progress": False,
+                                     "fsdp": False}, Path("runs/x"))
+    assert argv == ["train", "--out", "runs/x", "--set", "n_kv_head=1", "--batch-size", "8", "--no-progress"]
+
+
+def test_requests_from_another_site_or_not_json_are_refused(tmp_path: Path) -> None:
+    with studio(tmp_path) as url:
+        body = {"stage": "pretrain", "name": "x", "options": {}}
+        assert httpx.post(f"{url}/api/launch", content=str(body), headers={"content-type": "text/plain"}
+                          ).status_code == 415
+        assert httpx.post(f"{url}/api/launch", json=body, headers={"origin": "http://evil.example"}).status_code == 403
+        assert httpx.post(f"{url}/api/launch", json={**body, "name": "../out"}).status_code == 400
+        assert httpx.post(f"{url}/api/launch", json={**body, "stage": "nope"}).status_code == 404
+
+
+def wait_for(condition, seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_launch_stop_and_resume_a_real_run(tmp_path: Path) -> None:
+    run = tmp_path / "live"
+    with studio(tmp_path) as url:
+        started = httpx.post(f"{url}/api/launch", json={"stage": "pretrain", "name": "live",
+                                                        "options": micro_options(max_steps=100000)}).json()
+        assert started["argv"][:4] == ["tinylm", "train", "--out", str(run)]
+        wait_for(lambda: (s := read_status(run)) is not None and s["status"] == "running" and s["step"] >= 3)
+        assert httpx.post(f"{url}/api/launch", json={"stage": "pretrain", "name": "live",
+                                                     "options": {}}).status_code == 409  # a run is there
+        assert httpx.post(f"{url}/api/resume", json={"name": "live"}).status_code == 409  # it is running
+        assert httpx.post(f"{url}/api/stop", json={"name": "live"}).json()["signalled"] == started["pid"]
+        wait_for(lambda: run_state(run) == "stopped")
+        stopped_at = read_status(run)["step"]
+        assert httpx.post(f"{url}/api/stop", json={"name": "live"}).status_code == 409  # nothing to stop
+        resumed = httpx.post(f"{url}/api/resume", json={"name": "live", "options": {"max_steps": stopped_at + 5}})
+        assert resumed.status_code == 200 and "--resume" in resumed.json()["argv"]
+        wait_for(lambda: run_state(run) == "finished")
+    assert read_status(run)["step"] == stopped_at + 5
+    console = (run / "console.log").read_text()
+    assert "resumed from" in console and "stopped at step" in console  # both processes wrote their lines
