@@ -42,9 +42,15 @@ def screenshot(browser: webdriver.Chrome, name: str) -> None:
         browser.save_screenshot(str(Path(folder) / name))
 
 
+def status_text(browser: webdriver.Chrome) -> str:
+    """The run page's status badge, read in one script call: the page replaces the element as updates come."""
+    return browser.execute_script("const s = document.getElementById('status'); return s ? s.textContent : '';")
+
+
 def loss_points(browser: webdriver.Chrome) -> int:
-    charts = browser.find_elements(By.CSS_SELECTOR, '.chart[data-metric="loss"]')
-    return int(charts[0].get_attribute("data-points") or 0) if charts else 0
+    """Points on the loss chart (read in one script call: a chart is rebuilt when its series change)."""
+    return int(browser.execute_script(
+        "const c = document.querySelector('.chart[data-metric=\"loss\"]'); return c ? c.dataset.points || 0 : 0;"))
 
 
 def test_a_live_run_grows_on_its_page_survives_a_reload_and_stops(browser: webdriver.Chrome, tmp_path: Path) -> None:
@@ -71,8 +77,8 @@ def test_a_live_run_grows_on_its_page_survives_a_reload_and_stops(browser: webdr
             WebDriverWait(browser, 20).until(lambda b: loss_points(b) >= first + 5)  # a reload loses nothing
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
-            WebDriverWait(browser, 20).until(lambda b: b.find_element(By.ID, "status").text == "stopped")
-            assert "--resume latest" in browser.find_element(By.ID, "state").text
+            WebDriverWait(browser, 20).until(lambda b: status_text(b) == "stopped")
+            assert "--resume latest" in browser.execute_script("return document.getElementById('state').textContent;")
             stopped_at = read_status(run)["step"]
             WebDriverWait(browser, 20).until(lambda b: loss_points(b) >= stopped_at)  # every logged step shown
     finally:
@@ -135,14 +141,13 @@ def test_launch_from_the_form_then_stop_and_resume_from_the_run_page(browser: we
         WebDriverWait(browser, 20).until(lambda b: "--batch-size 4" in b.find_element(By.ID, "preview").text)
         screenshot(browser, "studio-launch.png")
         browser.find_element(By.ID, "launch").click()
-        WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.ID, "status")
-                                         and b.find_element(By.ID, "status").text == "running")
+        WebDriverWait(browser, 60).until(lambda b: status_text(b) == "running")
         WebDriverWait(browser, 30).until(lambda b: loss_points(b) > 3)
         browser.find_element(By.ID, "stop").click()
-        WebDriverWait(browser, 60).until(lambda b: b.find_element(By.ID, "status").text == "stopped")
+        WebDriverWait(browser, 60).until(lambda b: status_text(b) == "stopped")
         browser.find_element(By.ID, "resume").click()
-        WebDriverWait(browser, 60).until(lambda b: b.find_element(By.ID, "status").text == "running")
+        WebDriverWait(browser, 60).until(lambda b: status_text(b) == "running")
         WebDriverWait(browser, 20).until(lambda b: "resumed from" in b.find_element(By.ID, "console").text)
         browser.find_element(By.ID, "stop").click()
-        WebDriverWait(browser, 60).until(lambda b: b.find_element(By.ID, "status").text == "stopped")
+        WebDriverWait(browser, 60).until(lambda b: status_text(b) == "stopped")
     assert read_status(tmp_path / "from-form")["status"] == "stopped"

@@ -93,3 +93,18 @@ def test_launch_stop_and_resume_a_real_run(tmp_path: Path) -> None:
     assert read_status(run)["step"] == stopped_at + 5
     console = (run / "console.log").read_text()
     assert "resumed from" in console and "stopped at step" in console  # both processes wrote their lines
+
+
+def test_a_run_outlives_the_studio_that_launched_it(tmp_path: Path) -> None:
+    """Launched in its own session: the studio stops, the run trains on, a new studio finds it live and stops it."""
+    run = tmp_path / "outlives"
+    with studio(tmp_path) as url:
+        httpx.post(f"{url}/api/launch", json={"stage": "pretrain", "name": "outlives",
+                                              "options": micro_options(max_steps=100000)}).raise_for_status()
+        wait_for(lambda: (s := read_status(run)) is not None and s["step"] >= 2)
+    step = read_status(run)["step"]
+    wait_for(lambda: read_status(run)["step"] > step + 5)  # no studio: still training
+    with studio(tmp_path) as url:
+        assert httpx.get(f"{url}/api/run", params={"name": "outlives"}).json()["status"] == "running"
+        httpx.post(f"{url}/api/stop", json={"name": "outlives"}).raise_for_status()
+        wait_for(lambda: run_state(run) == "stopped")
