@@ -170,3 +170,19 @@ def test_the_studio_command_serves_and_stops_on_sigterm_with_a_page_still_open(r
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def test_the_tokenizer_playground_uses_the_runs_own_tokenizer(root: Path) -> None:
+    from tinylm.checkpoint.layout import list_checkpoints
+    from tinylm.tokenizer.load import load_tokenizer
+
+    tokenizer = load_tokenizer(list_checkpoints(root / "a")[-1] / "tokenizer.json")
+    text = "def add(a, b):\n    return a + b <|endoftext|> 東京"
+    with studio(root) as url:
+        answer = httpx.get(f"{url}/api/tokenize", params={"name": "a", "text": text}).json()
+        assert answer["ids"] == tokenizer.encode(text)
+        assert b"".join(bytes.fromhex(t["bytes"]) for t in answer["tokens"]) == text.encode()  # every byte, in order
+        assert "".join(t["text"] for t in answer["tokens"]).startswith("def add(a, b):\n")
+        assert [t["special"] for t in answer["tokens"]].count(True) == 1
+        too_long = httpx.get(f"{url}/api/tokenize", params={"name": "a", "text": "x" * 20_001})
+        assert too_long.status_code == 422

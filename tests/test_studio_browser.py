@@ -151,3 +151,22 @@ def test_launch_from_the_form_then_stop_and_resume_from_the_run_page(browser: we
         browser.find_element(By.ID, "stop").click()
         WebDriverWait(browser, 60).until(lambda b: status_text(b) == "stopped")
     assert read_status(tmp_path / "from-form")["status"] == "stopped"
+
+
+def test_the_tokenizer_playground_colours_each_token(browser: webdriver.Chrome, tmp_path: Path) -> None:
+    from tinylm.checkpoint.layout import list_checkpoints
+    from tinylm.tokenizer.load import load_tokenizer
+
+    assert main(cli_args(tmp_path / "a", "--max-steps", "2")) == 0
+    tokenizer = load_tokenizer(list_checkpoints(tmp_path / "a")[-1] / "tokenizer.json")
+    with studio(tmp_path) as url:
+        browser.get(f"{url}/tokens?name=a")
+        box = browser.find_element(By.ID, "text")
+        box.clear()
+        box.send_keys("the quick brown fox <|endoftext|>")
+        expected = tokenizer.encode("the quick brown fox <|endoftext|>")
+        shown = ("return [...document.querySelectorAll('#tokens .token')].map("
+                 "s => [Number(s.dataset.id), s.classList.contains('special'), s.textContent]);")
+        WebDriverWait(browser, 20).until(lambda b: [t[0] for t in b.execute_script(shown)] == expected)
+        assert [t[2] for t in browser.execute_script(shown) if t[1]] == ["<|endoftext|>"]
+        screenshot(browser, "studio-tokens.png")

@@ -5,10 +5,11 @@
     GET /api/metrics?name=N&offset=B       the rows after byte B of its metrics.jsonl, and the next offset
     GET /api/events?name=N&offset=B        the same, pushed as Server-Sent Events while the run writes them
     GET /api/compare?name=A&name=B...      each run's rows, and only the config fields that differ
+    GET /api/tokenize?name=N&text=T        a run's tokenizer on T: ids, each token's text, special or not
     GET /api/stages                        every stage's form, from the stage table and option fields
     POST /api/preview, /api/launch         a form's command line; start it as a new run (launch.py)
     POST /api/stop, /api/resume            SIGTERM to a run's process group; continue it (--resume latest)
-    GET /  /run  /compare  /launch         the pages (static files; the charts are the vendored uPlot)
+    GET /  /run  /compare  /launch  /tokens   the pages (static files; the charts are the vendored uPlot)
 
 Every answer is read from disk when it is asked for. A refused request is a 4xx JSON error naming
 what was wrong, and the studio keeps serving. With a token (required off loopback), every request
@@ -29,16 +30,21 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 
+from tinylm.checkpoint.layout import TOKENIZER, list_checkpoints
+from tinylm.errors import TinyLMError
 from tinylm.studio import launch as launcher
 from tinylm.studio.follow import read_after
 from tinylm.studio.runs import StudioError, list_runs, newest_checkpoint_config, resolve_run, run_record
+from tinylm.tokenizer.load import load_tokenizer
 from tinylm.train.run_status import read_status, run_state
 
 STATIC = Path(__file__).with_name("static")
 POLL_S = 0.5  # how often a live stream looks at the file's size
 CONSOLE_TAIL = 8192  # bytes of a run's console shown
+TOKENIZE_LIMIT = 20_000  # characters the tokenizer playground takes
 SHUTDOWN_GRACE_S = 1.0  # an open page's event stream never ends by itself: stopping waits this long for it
-PAGES = {"/": "index.html", "/run": "run.html", "/compare": "compare.html", "/launch": "launch.html"}
+PAGES = {"/": "index.html", "/run": "run.html", "/compare": "compare.html", "/launch": "launch.html",
+         "/tokens": "tokens.html"}
 
 
 def newest_config(run_dir: Path) -> dict[str, Any]:
@@ -169,6 +175,11 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
             f.seek(max(0, file.stat().st_size - CONSOLE_TAIL))
             return {"text": f.read().decode("utf-8", errors="replace")}
 
+    @app.get("/api/tokenize")
+    async def tokenize(name: str, text: str = Query(..., max_length=TOKENIZE_LIMIT)) -> dict[str, Any]:
+        """`text` in a run's tokenizer: each token's id, its bytes as text, and whether it is special."""
+        return await asyncio.to_thread(tokenize_with_run, resolve_run(root, name), text)
+
     @app.get("/api/stages")
     async def stages() -> dict[str, Any]:
         return {"stages": launcher.stage_forms()}
@@ -199,6 +210,24 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
         app.add_api_route(path, _page(file), methods=["GET"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
+
+
+def tokenize_with_run(run_dir: Path, text: str) -> dict[str, Any]:
+    """The run's newest checkpoint's tokenizer on `text` (special tokens in the text count as special)."""
+    found = [c / TOKENIZER for c in reversed(list_checkpoints(run_dir)) if (c / TOKENIZER).is_file()]
+    if not found:
+        raise StudioError(f"{run_dir.name} has no checkpoint with a tokenizer yet", 404)
+    try:
+        tokenizer = load_tokenizer(found[0])
+    except TinyLMError as exc:
+        raise StudioError(str(exc), 409) from None
+    names = {j: t for t, j in tokenizer.special_tokens.items()}
+    ids = tokenizer.encode(text)
+    # a character split over byte tokens shows as U+FFFD in each piece; "bytes" (hex) says exactly what each holds
+    pieces = [names[i].encode() if i in names else tokenizer.token_bytes(i) for i in ids]
+    return {"tokenizer": tokenizer.name, "ids": ids, "tokens": [
+        {"id": i, "text": piece.decode("utf-8", errors="replace"), "bytes": piece.hex(), "special": i in names}
+        for i, piece in zip(ids, pieces, strict=True)]}
 
 
 def _options(value: Any) -> dict[str, Any]:

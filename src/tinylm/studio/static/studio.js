@@ -223,12 +223,15 @@ const studio = (() => {
       }
       return out;
     };
+    let asked = 0;  // answers can arrive out of order while typing: only the latest question's is shown
     const preview = async () => {
-      document.getElementById("error").hidden = true;
+      const mine = ++asked;
       try {
         const answer = await postJSON("/api/preview", { stage: stage.value, name: document.getElementById("name").value, options: values() });
+        if (mine !== asked) return;
+        document.getElementById("error").hidden = true;
         document.getElementById("preview").textContent = answer.argv.join(" ");
-      } catch (e) { showError(e.message); }
+      } catch (e) { if (mine === asked) showError(e.message); }
     };
     const render = () => {
       const form = current();
@@ -265,5 +268,31 @@ const studio = (() => {
     render();
   }
 
-  return { runsPage, runPage, comparePage, launchPage };
+  // ---- the tokenizer playground: text -> colored tokens, the id on hover, for any run's tokenizer
+  async function tokensPage() {
+    let runs;
+    try { runs = (await getJSON("/api/runs")).runs.filter((r) => r.checkpoints.length); } catch (e) { showError(e.message); return; }
+    const select = document.getElementById("run");
+    select.replaceChildren(...runs.map((r) => el("option", { value: r.name }, r.name)));
+    if (params.get("name")) select.value = params.get("name");
+    let asked = 0;  // answers can arrive out of order while typing: only the latest question's is shown
+    const show = async () => {
+      const mine = ++asked;
+      document.getElementById("error").hidden = true;
+      const text = document.getElementById("text").value;
+      let answer;
+      try { answer = await getJSON(`/api/tokenize?name=${encodeURIComponent(select.value)}&text=${encodeURIComponent(text)}`); }
+      catch (e) { if (mine === asked) showError(e.message); return; }
+      if (mine !== asked) return;
+      document.getElementById("count").textContent = `${answer.ids.length} tokens (${answer.tokenizer})`;
+      document.getElementById("tokens").replaceChildren(...answer.tokens.map((t, i) => el("span", {
+        class: "token" + (t.special ? " special" : ""), title: `id ${t.id}, bytes ${t.bytes}`, "data-id": String(t.id),
+        style: `background:hsl(${(i * 67) % 360} 70% 88%)` }, t.text)));
+    };
+    select.onchange = show;
+    document.getElementById("text").oninput = show;
+    show();
+  }
+
+  return { runsPage, runPage, comparePage, launchPage, tokensPage };
 })();
