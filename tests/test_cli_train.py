@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from test_train_support import cli_args, config, hooked_build_model, losses, rows
+from test_train_support import cli_args, config, hooked_build_model, losses, rows, train_process, wait_for
 from tinylm.checkpoint import list_checkpoints
 from tinylm.cli.main import main
 from tinylm.stages.pretrain import pretrain
@@ -108,16 +105,10 @@ def test_sigkill_between_checkpoints_then_resume_is_bit_identical(tmp_path: Path
     pretrain(config(tmp_path / "straight", max_steps=40, schedule_steps=40, checkpoint_every=20))
 
     killed = tmp_path / "killed"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "tinylm", *cli_args(killed, "--max-steps", "100000", *schedule)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    deadline = time.monotonic() + 120
+    proc = train_process(killed, "--max-steps", "100000", *schedule)
     try:
-        while time.monotonic() < deadline:
-            if (killed / "metrics.jsonl").is_file() and any(r.get("step", 0) >= 22 for r in rows(killed)):
-                break
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            time.sleep(0.01)
+        wait_for(lambda: (killed / "metrics.jsonl").is_file() and any(r.get("step", 0) >= 22 for r in rows(killed)),
+                 process=proc)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=30)

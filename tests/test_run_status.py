@@ -9,16 +9,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from test_train_support import cli_args, hooked_build_model, rows
+from test_train_support import cli_args, hooked_build_model, rows, train_process, wait_for
 from tinylm.cli.main import main
 from tinylm.stages.pretrain import stage as pretrain_stage
 from tinylm.train.run_status import STATUS_FILE, read_status, run_state
@@ -87,22 +84,19 @@ def test_an_error_mid_run_is_failed_with_the_line_the_command_printed(tmp_path: 
 def test_a_killed_run_still_says_running_and_reads_as_died(tmp_path: Path) -> None:
     """kill -9 cannot be answered: the file keeps "running", the lock is free, so the run is shown as died."""
     run = tmp_path / "run"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "tinylm", *cli_args(run, "--max-steps", "100000")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    seen_running = None
+    proc = train_process(run, "--max-steps", "100000")
+    seen_running = []
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        def trained_three_steps() -> bool:
             status = read_status(run)
             if status and status["step"] >= 3 and (run / "metrics.jsonl").is_file() and rows(run):
-                seen_running = (status["status"], run_state(run))
-                break
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            time.sleep(0.02)
+                seen_running.append((status["status"], run_state(run)))
+            return bool(seen_running)
+
+        wait_for(trained_three_steps, process=proc)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
-    assert seen_running == ("running", "running")  # while it trains: its lock is held
+    assert seen_running == [("running", "running")]  # while it trains: its lock is held
     assert json.loads((run / STATUS_FILE).read_text())["status"] == "running"
     assert run_state(run) == "died"

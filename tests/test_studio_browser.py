@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +21,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from browser_support import headless_chromium  # skips this module where no browser is installed
 from studio_support import studio
-from test_train_support import cli_args
+from test_train_support import cli_args, train_process, wait_for
 from tinylm.cli.main import main
 from tinylm.train.run_status import read_status
 
@@ -55,14 +52,9 @@ def loss_points(browser: webdriver.Chrome) -> int:
 
 def test_a_live_run_grows_on_its_page_survives_a_reload_and_stops(browser: webdriver.Chrome, tmp_path: Path) -> None:
     run = tmp_path / "live"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "tinylm", *cli_args(run, "--max-steps", "100000")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = train_process(run, "--max-steps", "100000")
     try:
-        deadline = time.monotonic() + 120
-        while not ((status := read_status(run)) and status["step"] >= 2):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()
-            time.sleep(0.05)
+        wait_for(lambda: (status := read_status(run)) is not None and status["step"] >= 2, process=proc)
         with studio(tmp_path) as url:
             browser.get(f"{url}/")
             WebDriverWait(browser, 20).until(lambda b: b.find_elements(By.CSS_SELECTOR, 'tr[data-run="live"]'))

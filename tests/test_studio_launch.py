@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from studio_support import studio
-from test_train_support import MICRO, data_dir
+from test_train_support import MICRO, data_dir, wait_for
 from tinylm.options import option_specs
 from tinylm.stages import STAGES
 from tinylm.studio.launch import command_line, stage_forms
@@ -64,13 +63,6 @@ def test_requests_from_another_site_or_not_json_are_refused(tmp_path: Path) -> N
         assert httpx.post(f"{url}/api/launch", json=body, headers={"origin": "http://evil.example"}).status_code == 403
         assert httpx.post(f"{url}/api/launch", json={**body, "name": "../out"}).status_code == 400
         assert httpx.post(f"{url}/api/launch", json={**body, "stage": "nope"}).status_code == 404
-
-
-def wait_for(condition, seconds: float = 120.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_launch_stop_and_resume_a_real_run(tmp_path: Path) -> None:

@@ -10,9 +10,14 @@ from __future__ import annotations
 import atexit
 import functools
 import json
+import os
 import random
 import shutil
+import subprocess
+import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +100,19 @@ def cli_args(out: Path, *extra: str) -> list[str]:
             "--warmup-steps", "2", "--log-every", "1", "--eval-every", "0", "--eval-batches", "4",
             "--sample-tokens", "0", "--no-progress", "--seed", "3", "--threads", "1", "--dtype", "fp32",
             "--compile", "off", "--attention", "sdpa", *extra]
+
+
+def train_process(out: Path, *extra: str) -> subprocess.Popen:
+    """`tinylm train` with `cli_args(out, *extra)` as a separate process (one thread), its stderr kept."""
+    return subprocess.Popen([sys.executable, "-m", "tinylm", *cli_args(out, *extra)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def wait_for(condition: Callable[[], Any], seconds: float = 120.0, process: subprocess.Popen | None = None) -> None:
+    """Poll until `condition()` holds; fail at the deadline, or at once (with its stderr) if `process` ended."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the process ended: {process.stderr.read().decode() if process.stderr else ''}")
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)

@@ -112,6 +112,11 @@ class OptionSpec:
     def flag(self) -> str:
         return self.option.flag_for(self.name)
 
+    def refusal(self, value: Any) -> str | None:
+        """The one line refusing `value` (`--batch-size must be >= 1 (got 0)`), or None when it is allowed."""
+        problem = self.option.problem(value)
+        return None if problem is None else f"{self.flag} {problem} (got {value!r})"
+
 
 def _kind(annotation: Any) -> tuple[str, bool]:
     args = typing.get_args(annotation)
@@ -165,10 +170,9 @@ def option_specs(cls: type) -> list[OptionSpec]:
 def check_options(config: Any) -> None:
     """Refuse the first value outside its option's range or choices: `--batch-size must be >= 1 (got 0)`."""
     for spec in option_specs(type(config)):
-        value = getattr(config, spec.name)
-        problem = spec.option.problem(value)
-        if problem is not None:
-            raise TinyLMError(f"{spec.flag} {problem} (got {value!r})")
+        refusal = spec.refusal(getattr(config, spec.name))
+        if refusal is not None:
+            raise TinyLMError(refusal)
 
 
 # ---- the options several commands share, declared once -----------------------------------------------------

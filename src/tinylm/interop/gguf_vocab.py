@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tinylm.errors import TinyLMError
-from tinylm.interop.hf_tokenizer import eot_token
+from tinylm.interop.hf_tokenizer import eot_token, reply_end_token
 from tinylm.tokenizer.bytelevel import bytes_to_token
-from tinylm.tokenizer.chat_tokens import END_OF_TURN
 from tinylm.tokenizer.load import load_tokenizer
 from tinylm.tokenizer.r50k import MARKER_KEY
 from tinylm.tokenizer.tiktoken_bridge import bridge_problem, merge_pair
@@ -51,7 +50,6 @@ class GGUFVocab:
     eot_id: int
     end_id: int  # what ends a generation: end-of-text, or a chat model's <|end|>
     chat_template: str | None = None
-    specials: dict[str, int] = field(default_factory=dict)
 
 
 def portable_chat_template(template: str) -> str:
@@ -110,12 +108,11 @@ def gguf_vocab(tokenizer_file: Path, vocab_size: int, chat_template: str | None)
         raise TinyLMError(f"cannot export to GGUF: the tokenizer has id {max(by_id)}, beyond the model's "
                           f"vocab_size={vocab_size}")
     rows = [by_id.get(i, (f"[PAD{i}]", UNUSED)) for i in range(vocab_size)]
-    end_id = eot_id
+    end = reply_end_token(chat_template)
+    end_id = specials.get(end, eot_id) if end is not None else eot_id
     if chat_template is not None:
         chat_template = portable_chat_template(chat_template)
-        if END_OF_TURN in chat_template and END_OF_TURN in specials:
-            end_id = specials[END_OF_TURN]
     return GGUFVocab(
         tokens=[token for token, _ in rows], token_types=[kind for _, kind in rows], merges=merges,
-        eot_id=eot_id, end_id=end_id, chat_template=chat_template, specials=specials,
+        eot_id=eot_id, end_id=end_id, chat_template=chat_template,
     )

@@ -89,13 +89,19 @@ def write_hf_tokenizer(source: Path, folder: Path, context_length: int, eot_id: 
     return eot_id
 
 
-def end_token_ids(source: Path, eot_id: int, chat_template: str | None) -> int | list[int]:
-    """The ids that end a generation: end-of-text, and for a chat model end-of-turn too (end-of-text first).
+def reply_end_token(chat_template: str | None) -> str | None:
+    """The token a chat model's replies end with (<|end|>, when its template writes it), or None for a base model.
 
-    A chat model ends its reply with <|end|> and may never write end-of-text: with EOT alone,
-    `generate` (and vLLM, SGLang) would run on through the turns that follow, to the length limit.
+    Every export names it as an end token (transformers, GGUF): a chat model may never write end-of-text,
+    so with EOT alone generation would run on through the turns that follow, to the length limit.
     """
-    end_id = _load(source).token_to_id(END_OF_TURN) if chat_template and END_OF_TURN in chat_template else None
+    return END_OF_TURN if chat_template and END_OF_TURN in chat_template else None
+
+
+def end_token_ids(source: Path, eot_id: int, chat_template: str | None) -> int | list[int]:
+    """The ids that end a generation: end-of-text, and for a chat model end-of-turn too (end-of-text first)."""
+    end = reply_end_token(chat_template)
+    end_id = _load(source).token_to_id(end) if end is not None else None
     return eot_id if end_id is None else [eot_id, end_id]
 
 

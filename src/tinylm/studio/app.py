@@ -34,7 +34,14 @@ from tinylm.checkpoint.layout import TOKENIZER, list_checkpoints
 from tinylm.errors import TinyLMError
 from tinylm.studio import launch as launcher
 from tinylm.studio.follow import read_after
-from tinylm.studio.runs import StudioError, list_runs, newest_checkpoint_config, resolve_run, run_record
+from tinylm.studio.runs import (
+    StudioError,
+    list_runs,
+    newest_checkpoint_config,
+    resolve_run,
+    run_record,
+    without_template,
+)
 from tinylm.tokenizer.load import load_tokenizer
 from tinylm.train.run_status import read_status, run_state
 
@@ -48,8 +55,8 @@ PAGES = {"/": "index.html", "/run": "run.html", "/compare": "compare.html", "/la
 
 
 def newest_config(run_dir: Path) -> dict[str, Any]:
-    """The newest checkpoint's config.json, without the chat template (long, and not a setting)."""
-    return {k: v for k, v in newest_checkpoint_config(run_dir).items() if k != "chat_template"}
+    """The newest checkpoint's config.json, without the chat template."""
+    return without_template(newest_checkpoint_config(list_checkpoints(run_dir)))
 
 
 def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -112,8 +119,7 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
     @app.get("/api/run")
     async def run(name: str) -> dict[str, Any]:
         folder = resolve_run(root, name)
-        record = await asyncio.to_thread(run_record, root, folder)
-        return {**record, "status_file": read_status(folder), "config": newest_config(folder)}
+        return await asyncio.to_thread(run_record, root, folder, True)
 
     @app.get("/api/metrics")
     async def metrics(name: str, offset: int = Query(0, ge=0), line: int = Query(1, ge=1)) -> dict[str, Any]:
@@ -130,7 +136,8 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
             yield ": connected\n\n"
             while not await request.is_disconnected():
                 update = await asyncio.to_thread(read_after, folder, position, number)
-                now = (read_status(folder), run_state(folder))
+                found = read_status(folder)
+                now = (found, run_state(folder, found))
                 if update.rows or update.reset or now != status:
                     status = now
                     yield f"data: {json.dumps({**update.__dict__, 'status': now[0], 'state': now[1]})}\n\n"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.options import option_specs
-from tinylm.stages import STAGES, command_of
+from tinylm.stages import STAGES, StageSpec, command_of
 from tinylm.studio.runs import CONSOLE, StudioError, resolve_run
 from tinylm.train.run_lock import lock_holder
 from tinylm.train.run_status import read_status
@@ -38,22 +38,23 @@ NOT_ON_FORMS = {"out", "resume", "config"}  # set by the studio itself
 
 def stage_forms() -> list[dict[str, Any]]:
     """Every stage of the table with its options as a form needs them (flag, kind, default, range, choices)."""
-    forms = []
-    for spec in STAGES.values():
-        defaults = spec.default_config()
-        fields = []
-        for option in option_specs(spec.config):
-            if option.name in NOT_ON_FORMS:
-                continue
-            o = option.option
-            default = getattr(defaults, option.name)
-            fields.append({"name": option.name, "flag": option.flag, "kind": option.kind, "optional": option.optional,
-                           "default": None if option.name == "base" and spec.starts_from_base else default,
-                           "help": o.help, "group": option.group, "choices": list(o.choice_list()) or None,
-                           "low": o.low, "high": o.high, "items": o.items,
-                           "required": o.required or (option.name == "base" and spec.starts_from_base)})
-        forms.append({"stage": spec.name, "command": command_of(spec.name), "help": spec.help, "fields": fields})
-    return forms
+    return [stage_form(spec) for spec in STAGES.values()]
+
+
+def stage_form(spec: StageSpec) -> dict[str, Any]:
+    """One stage's form: its command, help and a field per option (flag, kind, default, range, choices, help)."""
+    defaults = spec.default_config()
+    fields = []
+    for option in option_specs(spec.config):
+        if option.name in NOT_ON_FORMS:
+            continue
+        o = option.option
+        needs_base = option.name == "base" and spec.starts_from_base
+        fields.append({"name": option.name, "flag": option.flag, "kind": option.kind, "optional": option.optional,
+                       "default": None if needs_base else getattr(defaults, option.name),
+                       "help": o.help, "group": option.group, "choices": list(o.choice_list()) or None,
+                       "low": o.low, "high": o.high, "items": o.items, "required": o.required or needs_base})
+    return {"stage": spec.name, "command": command_of(spec.name), "help": spec.help, "fields": fields}
 
 
 def _typed(field: dict[str, Any], value: Any) -> Any:
@@ -90,10 +91,11 @@ def _typed(field: dict[str, Any], value: Any) -> Any:
 
 def command_line(stage: str, values: dict[str, Any], out: Path, resume: bool = False) -> list[str]:
     """The argv of `tinylm COMMAND` for these form values, each checked as the command line checks it."""
-    form = next((f for f in stage_forms() if f["stage"] == stage), None)
-    if form is None:
+    if stage not in STAGES:
         raise StudioError(f"no stage {stage!r} (one of {', '.join(STAGES)})", 404)
+    form = stage_form(STAGES[stage])
     fields = {f["name"]: f for f in form["fields"]}
+    specs = {spec.name: spec for spec in option_specs(STAGES[stage].config)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
         raise StudioError(f"{form['command']} has no option {unknown[0]!r}")
@@ -108,10 +110,9 @@ def command_line(stage: str, values: dict[str, Any], out: Path, resume: bool = F
         value = _typed(field, values[name])
         if value is None:
             continue
-        spec_option = next(o.option for o in option_specs(STAGES[stage].config) if o.name == name)
-        problem = None if field["items"] else spec_option.problem(value)
-        if problem is not None:
-            raise StudioError(f"{field['flag']} {problem} (got {value!r})")
+        refusal = None if field["items"] else specs[name].refusal(value)  # the command line's own line
+        if refusal is not None:
+            raise StudioError(refusal)
         argv += _flag_arguments(field, value)
     return argv
 

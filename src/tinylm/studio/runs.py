@@ -78,8 +78,9 @@ def resolve_run(root: Path, name: str) -> Path:
     return folder
 
 
-def newest_checkpoint_config(run_dir: Path) -> dict[str, Any]:
-    for checkpoint in reversed(list_checkpoints(run_dir)):
+def newest_checkpoint_config(checkpoints: list[Path]) -> dict[str, Any]:
+    """config.json of the newest readable checkpoint of `checkpoints` (oldest first), or {} when none reads."""
+    for checkpoint in reversed(checkpoints):
         try:
             data = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -108,12 +109,17 @@ def sparkline(rows: list[dict[str, Any]], points: int = SPARK_POINTS) -> list[li
     return [[s for s, _ in losses], [v for _, v in losses]]
 
 
-def run_record(root: Path, run_dir: Path) -> dict[str, Any]:
-    """What the runs page shows of one run. A damaged metrics line is skipped and counted, never fatal."""
+def run_record(root: Path, run_dir: Path, details: bool = False) -> dict[str, Any]:
+    """What the runs page shows of one run (with `details`, a run's page: status.json and the newest config too).
+
+    A damaged metrics line is skipped and counted, never fatal.
+    """
     notes: list[str] = []
     rows = read_metrics(run_dir, say=notes.append) if (run_dir / METRICS).is_file() else []
-    status = read_status(run_dir) or {}
-    config = newest_checkpoint_config(run_dir)
+    found = read_status(run_dir)
+    status = found or {}
+    checkpoints = list_checkpoints(run_dir)
+    config = newest_checkpoint_config(checkpoints)
     base = config.get("base")
     parent = None
     if isinstance(base, str):
@@ -129,7 +135,7 @@ def run_record(root: Path, run_dir: Path) -> dict[str, Any]:
     return {
         "name": run_name(root, run_dir),
         "stage": status.get("stage") or config.get("stage") or "pretrain",
-        "status": run_state(run_dir) or ("saved" if list_checkpoints(run_dir) else "unknown"),
+        "status": run_state(run_dir, found) or ("saved" if checkpoints else "unknown"),
         "reason": status.get("reason"),
         "step": max(steps) if steps else int(config.get("step", 0) or 0),
         "total_steps": status.get("total_steps"),
@@ -139,9 +145,15 @@ def run_record(root: Path, run_dir: Path) -> dict[str, Any]:
         "updated": status.get("updated"),
         "duration_s": elapsed[-1] if elapsed else None,
         "parent": parent,
-        "checkpoints": [c.name for c in list_checkpoints(run_dir)],
+        "checkpoints": [c.name for c in checkpoints],
         "notes": notes,
+        **({"status_file": found, "config": without_template(config)} if details else {}),
     }
+
+
+def without_template(config: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's config.json without the chat template (long, and not a setting)."""
+    return {k: v for k, v in config.items() if k != "chat_template"}
 
 
 def list_runs(root: Path) -> list[dict[str, Any]]:

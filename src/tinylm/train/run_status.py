@@ -46,9 +46,12 @@ def read_status(run_dir: str | Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def run_state(run_dir: str | Path) -> str | None:
-    """The status as it stands: the file's, except that a "running" run whose lock is free has "died"."""
-    status = read_status(run_dir)
+def run_state(run_dir: str | Path, status: dict[str, Any] | None = None) -> str | None:
+    """The status as it stands: the file's, except that a "running" run whose lock is free has "died".
+
+    `status` is the file's content when the caller has just read it (so it is not read twice).
+    """
+    status = read_status(run_dir) if status is None else status
     if status is None:
         return None
     if status.get("status") == "running" and lock_holder(run_dir) is None:
