@@ -54,7 +54,8 @@ def test_a_budgeted_run_on_a_slow_machine_decays_before_the_clock_stops_it(tmp_p
     assert lrs[-1] < 0.35e-3, lrs  # the last updates are well into the decay
     assert all(a >= b for a, b in zip(lrs, lrs[1:]))
     state = load_train_state(list_checkpoints(tmp_path)[-1])
-    assert state["schedule"]["time_budget"] == 0.8 and 0.5 < state["train_seconds"] <= 0.8
+    # the stop is predicted from the last step, so a step slower than it may overshoot by the difference (jitter)
+    assert state["schedule"]["time_budget"] == 0.8 and 0.5 < state["train_seconds"] <= 0.8 + 0.03
 
 
 def test_the_budget_counts_across_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

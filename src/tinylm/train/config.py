@@ -80,10 +80,10 @@ class TrainConfig:
     # budgets (the first one reached stops the run)
     max_steps: int = Option("total optimizer steps, counted across resumes", low=1, group=BUDGET)(DEMO_STEPS)
     max_tokens: int | None = Option("stop after this many training tokens", low=1, group=BUDGET)(None)
-    time_budget: float | None = Option("stop (and save) before this many seconds of training, counted across "
-                                       "resumes; the lr schedule is planned against them too, so its decay "
-                                       "happens inside the budget", low=0, low_open=True, metavar="SECONDS",
-                                       group=BUDGET)(None)
+    time_budget: float | None = Option("stop (and save) before this many seconds of training (predicted from the "
+                                       "last step), counted across resumes; the lr schedule is planned against "
+                                       "them too, so its decay happens inside the budget", low=0, low_open=True,
+                                       metavar="SECONDS", group=BUDGET)(None)
     # optimizer and schedule
     optimizer: str = Option("adamw, or muon for the matrices (AdamW for the rest)", choices=OPTIMIZERS,
                             group=OPTIMIZER)("adamw")

@@ -200,7 +200,7 @@ class _Run:
         evaluated_at = -1
         window_tokens, window_time, total_train_time, total_tokens = 0.0, 0.0, 0.0, 0.0
         tokens_per_s, mfu = 0.0, None
-        last_step_time = self.clock.step_seconds
+        last_step_time, last_tail = self.clock.step_seconds, 0.0
         stopped = budget_reached(cfg, self.step, self.tokens, self.clock.planned_end())
         if stage.evaluate_at_start and self.state is None:
             evaluation = self._evaluate(logger)  # step 0: where the run starts from
@@ -229,9 +229,13 @@ class _Run:
                 for member in members(self.optimizer):
                     self.scaler.unscale_(member)
             grad_norm = clip_gradients(params, cfg.grad_clip)
-            # stop when the next step would end past the budget (the last full step predicts its length)
-            now = clock.at(time.perf_counter() if cfg.time_budget is not None else t0)  # no extra reading unasked
-            over_time = cfg.time_budget is not None and env.is_main and now + last_step_time > cfg.time_budget
+            # stop when the next step would end past the budget: the rest of this step (as long as the last one's
+            # rest) and one more as long as the last full step; a prediction, so a step slower than the last can
+            # still overshoot by its difference
+            reading = time.perf_counter() if cfg.time_budget is not None else t0  # no extra reading unasked
+            now = clock.at(reading)
+            over_time = (cfg.time_budget is not None and env.is_main
+                         and now + last_tail + last_step_time > cfg.time_budget)
             names = sorted(metric_sums)
             ws = float(env.world_size)
             forwarded = forwarded_tokens(stage, batches, planned=cfg.batch_size * self.seq_len)
@@ -261,6 +265,7 @@ class _Run:
             last_loss = loss_value
             step_end = time.perf_counter()
             step_time = last_step_time = step_end - t0
+            last_tail = step_end - reading
             window_tokens += step_tokens
             window_time += step_time
             total_train_time += step_time
