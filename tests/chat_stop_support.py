@@ -8,6 +8,7 @@ reply holds a role token in the middle, so a server that decoded special tokens 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -30,17 +31,20 @@ def reply_ids(tokenizer: Tokenizer) -> list[int]:
     return [first[0], specials["<|system|>"], second[0], specials["<|end|>"]]
 
 
-def chat_checkpoint(root: Path) -> tuple[Path, Tokenizer]:
-    """(run folder, tokenizer) of a chat checkpoint (it carries the chat template, as SFT's do)."""
+def chat_checkpoint(root: Path, chain_of: Callable[[Tokenizer], list[int]] = reply_ids,
+                    name: str = "chat-run") -> tuple[Path, Tokenizer]:
+    """(run folder, tokenizer) of a chat checkpoint (it carries the chat template, as SFT's do) whose greedy
+    reply is `chain_of(tokenizer)` (ending with <|end|>)."""
     tokenizer = train_bpe(CORPUS, vocab_size=320)
     tokenizer_file = tokenizer.save(root / "chat-tokenizer.json")
     config = ModelConfig(arch="modern", vocab_size=320, context_length=64, n_embed=32, n_head=4, n_kv_head=2,
                          n_blocks=2, tie_embeddings=False)
     model = build_model(config)
-    chain = reply_ids(tokenizer)
+    chain = chain_of(tokenizer)
+    run_dir = root / name
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.startswith("blocks."):
+        for key, p in model.named_parameters():
+            if key.startswith("blocks."):
                 p.zero_()
         embed, head = model.token_embed.weight, model.lm_head.weight
         embed.zero_()
@@ -52,6 +56,5 @@ def chat_checkpoint(root: Path) -> tuple[Path, Tokenizer]:
             embed[token, k] = 1.0
             head[following, k] = 10.0
     meta = {"stage": "sft", "chat_template": ChatFormat.from_tokenizer(tokenizer).jinja_template()}
-    run_dir = root / "chat-run"
     save_checkpoint(run_dir, 1, model, config, tokenizer_file=tokenizer_file, meta=meta)
     return run_dir, tokenizer

@@ -19,6 +19,7 @@ from test_train_support import config as pretrain_config
 from test_train_support import losses, rows
 from tinylm.checkpoint import list_checkpoints, load_model, load_train_state, read_weights
 from tinylm.cli.main import main
+from tinylm.metrics import read_samples
 from tinylm.stages.pretrain import pretrain
 from tinylm.stages.sft.config import SFTConfig
 from tinylm.stages.sft.stage import SFTStage
@@ -68,6 +69,9 @@ def test_sft_trains_evaluates_and_records_its_lineage(tmp_path: Path, capsys: py
     assert meta["stage"] == "sft" and "{%- generation -%}" in meta["chat_template"]
     assert [link["stage"] for link in meta["lineage"]] == ["pretrain", "sft"]
     assert meta["lineage"][1]["from"] == meta["base"] and meta["lineage"][1]["data"] == TASK
+    samples = read_samples(tmp_path / "sft")  # the replies behind each exact-match, for the studio's run page
+    assert sorted({s["step"] for s in samples}) == [0, 3, 6]
+    assert all(s["prompt"].startswith("What is") and isinstance(s["verified"], bool) for s in samples)
 
 
 def test_sft_resume_is_bit_exact(tmp_path: Path) -> None:
@@ -76,6 +80,7 @@ def test_sft_resume_is_bit_exact(tmp_path: Path) -> None:
     run_training(sft_config(tmp_path / "split", max_steps=6, schedule_steps=6, resume="latest"), stage=SFTStage())
     assert losses(tmp_path / "split") == losses(tmp_path / "straight")
     assert load_train_state(list_checkpoints(tmp_path / "split")[-1])["step"] == 6
+    assert read_samples(tmp_path / "split") == read_samples(tmp_path / "straight")  # none twice, none lost
 
 
 def test_packing_changes_speed_not_the_objective(tmp_path: Path) -> None:

@@ -1,8 +1,11 @@
 """The studio's pages in a real headless browser (Debian's chromium via Selenium) while a real run trains.
 
 A `tinylm train` process writes its folder; the run page's loss curve grows without a reload, a reload
-shows every point again, SIGTERM to the process turns its status to "stopped" on the open page, and
-the compare page overlays two runs with the config fields that differ.
+shows every point again, a restarted studio finds the run still running and live, SIGTERM to the
+process turns its status to "stopped" on the open page, and the compare page overlays two runs with the
+config fields that differ. The data page marks the loss mask of `builtin:arith` and shows a bad row's
+file:line; the chat page talks to two checkpoints side by side; a run page shows its samples and builds
+its report card.
 
 Set TINYLM_DOCS_SCREENSHOT_DIR=docs/img to save the screenshots the docs show.
 """
@@ -50,7 +53,8 @@ def loss_points(browser: webdriver.Chrome) -> int:
         "const c = document.querySelector('.chart[data-metric=\"loss\"]'); return c ? c.dataset.points || 0 : 0;"))
 
 
-def test_a_live_run_grows_on_its_page_survives_a_reload_and_stops(browser: webdriver.Chrome, tmp_path: Path) -> None:
+def test_a_live_run_grows_on_its_page_survives_a_reload_and_a_studio_restart_and_stops(browser: webdriver.Chrome,
+                                                                                       tmp_path: Path) -> None:
     run = tmp_path / "live"
     proc = train_process(run, "--max-steps", "100000")
     try:
@@ -67,6 +71,12 @@ def test_a_live_run_grows_on_its_page_survives_a_reload_and_stops(browser: webdr
             screenshot(browser, "studio-run.png")
             browser.refresh()
             WebDriverWait(browser, 20).until(lambda b: loss_points(b) >= first + 5)  # a reload loses nothing
+        assert proc.poll() is None  # the studio stopped; the run trains on
+        with studio(tmp_path) as url:  # a restarted studio finds it running and follows it live
+            browser.get(f"{url}/run?name=live")
+            WebDriverWait(browser, 20).until(lambda b: status_text(b) == "running" and loss_points(b) > 0)
+            again = loss_points(browser)
+            WebDriverWait(browser, 30).until(lambda b: loss_points(b) >= again + 3)
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
             WebDriverWait(browser, 20).until(lambda b: status_text(b) == "stopped")
@@ -162,3 +172,66 @@ def test_the_tokenizer_playground_colours_each_token(browser: webdriver.Chrome, 
         WebDriverWait(browser, 20).until(lambda b: [t[0] for t in b.execute_script(shown)] == expected)
         assert [t[2] for t in browser.execute_script(shown) if t[1]] == ["<|endoftext|>"]
         screenshot(browser, "studio-tokens.png")
+
+
+def test_the_data_page_shows_the_loss_mask_and_a_bad_rows_file_and_line(browser: webdriver.Chrome,
+                                                                       tmp_path: Path) -> None:
+    from tinylm.stages.sft.data import load_conversations
+
+    assert main(cli_args(tmp_path / "base", "--max-steps", "2")) == 0
+    (tmp_path / "bad.jsonl").write_text('{"messages": [oops\n')
+    answers = [c[-1]["content"] for c in load_conversations("builtin:arith", limit=3).conversations]
+    learned = ("return [...document.querySelectorAll('#rows .row')].map(r => [...r.querySelectorAll('.token.learn')]"
+               ".map(t => t.textContent).join(''));")
+    with studio(tmp_path) as url:
+        browser.get(f"{url}/data?stage=sft&data=builtin:arith&run=base")
+        WebDriverWait(browser, 30).until(lambda b: len(b.execute_script(learned)) == 5)
+        assert browser.execute_script(learned)[:3] == [a + "<|end|>" for a in answers]
+        screenshot(browser, "studio-data.png")
+        spec = browser.find_element(By.ID, "spec")
+        spec.clear()
+        spec.send_keys("bad.jsonl\n")
+        WebDriverWait(browser, 30).until(lambda b: b.find_element(By.ID, "error").is_displayed())
+        assert f"{(tmp_path / 'bad.jsonl').resolve()}:1: malformed JSON" in browser.find_element(By.ID, "error").text
+
+
+def test_chat_side_by_side_sends_the_whole_conversation_to_two_checkpoints(browser: webdriver.Chrome,
+                                                                           tmp_path: Path) -> None:
+    from chat_stop_support import chat_checkpoint
+    from test_studio_chat import plain_reply, reversed_reply
+
+    chat_checkpoint(tmp_path, plain_reply, "sft")
+    chat_checkpoint(tmp_path, reversed_reply, "rl")
+    replies = ("return [...document.querySelectorAll('.pane')].map(p => [...p.querySelectorAll('.assistant')]"
+               ".map(m => m.textContent));")
+    with studio(tmp_path) as url:
+        browser.get(f"{url}/chat?a=sft%0Astep_00000001&b=rl%0Astep_00000001")
+        browser.execute_script("localStorage.clear();")
+        browser.refresh()
+        WebDriverWait(browser, 20).until(lambda b: b.find_elements(By.CSS_SELECTOR, "#pane-b .model option"))
+        for turn, text in enumerate(("hi", "and again"), start=1):
+            box = browser.find_element(By.ID, "message")
+            box.send_keys(text)
+            browser.find_element(By.ID, "send").click()
+            WebDriverWait(browser, 60).until(lambda b, n=turn: [len(p) for p in b.execute_script(replies)] == [n, n])
+        assert browser.execute_script(replies) == [["return", "return"], ["urnret", "urnret"]]
+        screenshot(browser, "studio-chat.png")
+        browser.refresh()  # the conversation is kept in the browser: a refresh loses nothing
+        WebDriverWait(browser, 20).until(lambda b: [len(p) for p in b.execute_script(replies)] == [2, 2])
+
+
+def test_a_run_page_shows_its_samples_and_builds_its_report_card(browser: webdriver.Chrome, tmp_path: Path) -> None:
+    from tinylm.metrics import read_samples
+
+    assert main(cli_args(tmp_path / "run", "--max-steps", "3", "--sample-tokens", "8", "--prompt", "def")) == 0
+    reply = read_samples(tmp_path / "run")[0]["reply"]
+    with studio(tmp_path) as url:
+        browser.get(f"{url}/run?name=run")
+        shown = "return [...document.querySelectorAll('#samples tbody td pre')].map(p => p.textContent);"
+        WebDriverWait(browser, 20).until(lambda b: b.execute_script(shown) == ["def", reply])
+        assert not browser.find_element(By.ID, "report-link").is_displayed()
+        browser.find_element(By.ID, "build-report").click()
+        WebDriverWait(browser, 60).until(lambda b: b.find_element(By.ID, "report-link").is_displayed())
+        assert (tmp_path / "run" / "report.html").is_file()
+        browser.execute_script("document.querySelector('h2').scrollIntoView();")
+        screenshot(browser, "studio-samples.png")

@@ -100,3 +100,36 @@ def test_a_run_outlives_the_studio_that_launched_it(tmp_path: Path) -> None:
         assert httpx.get(f"{url}/api/run", params={"name": "outlives"}).json()["status"] == "running"
         httpx.post(f"{url}/api/stop", json={"name": "outlives"}).raise_for_status()
         wait_for(lambda: run_state(run) == "stopped")
+
+
+def test_a_torchrun_run_launched_from_a_form_stops_whole_and_resumes_on_its_processes(tmp_path: Path) -> None:
+    """Two workers under torchrun: stop reaches torchrun, which forwards one SIGTERM to each; both agree on the
+    step, the checkpoint is whole, and resume starts torchrun again with the world size status.json recorded."""
+    run = tmp_path / "two"
+    with studio(tmp_path) as url:
+        body = {"stage": "pretrain", "name": "two", "options": micro_options(max_steps=100000), "processes": 2}
+        preview = httpx.post(f"{url}/api/preview", json=body).json()["argv"]
+        assert preview[:6] == ["torchrun", "--standalone", "--nproc-per-node=2", "-m", "tinylm", "train"]
+        started = httpx.post(f"{url}/api/launch", json=body).json()
+        assert started["argv"] == preview[:6] + ["--out", str(run)] + preview[8:]
+        wait_for(lambda: (s := read_status(run)) is not None and s["step"] >= 3)
+        status = read_status(run)
+        assert status["world_size"] == 2 and status["launcher_pid"] == started["pid"]
+        assert httpx.post(f"{url}/api/stop", json={"name": "two"}).json()["signalled"] == started["pid"]
+        wait_for(lambda: run_state(run) == "stopped")
+        stopped_at = read_status(run)["step"]
+        wait_for(lambda: (run / "checkpoints" / f"step_{stopped_at:08d}" / "train_state.pt").is_file())
+        resumed = httpx.post(f"{url}/api/resume", json={"name": "two", "options": {"max_steps": stopped_at + 3}})
+        assert resumed.json()["argv"][:3] == ["torchrun", "--standalone", "--nproc-per-node=2"]
+        wait_for(lambda: run_state(run) == "finished")
+    assert read_status(run)["step"] == stopped_at + 3 and read_status(run)["world_size"] == 2
+    assert f"stopped at step {stopped_at}" in (run / "console.log").read_text()
+
+
+@pytest.mark.parametrize("processes", [0, -1, 65, 1.5, "2", True])
+def test_a_bad_process_count_is_refused_with_its_range(tmp_path: Path, processes: object) -> None:
+    with studio(tmp_path) as url:
+        reply = httpx.post(f"{url}/api/launch", json={"stage": "pretrain", "name": "x", "processes": processes,
+                                                      "options": micro_options()})
+        assert reply.status_code == 400 and "processes must be a whole number from 1 to 64" in reply.text
+    assert not (tmp_path / "x").exists()

@@ -15,6 +15,7 @@ import torch
 from test_train_support import MICRO, config, data_dir, hooked_build_model, losses, rows
 from tinylm.checkpoint import list_checkpoints, load_model, load_train_state
 from tinylm.errors import TinyLMError
+from tinylm.metrics import read_samples
 from tinylm.stages.pretrain import pretrain
 from tinylm.stages.pretrain import stage as pretrain_stage
 from tinylm.train.schedule import LRSchedule
@@ -58,6 +59,8 @@ def test_a_run_logs_evaluates_checkpoints_plots_and_samples(tmp_path: Path) -> N
     assert tokenizer is not None and meta["step"] == 6 and meta["tokens"] == 384
     assert model.config.n_embed == MICRO["n_embed"]
     assert summary.sample is not None and summary.sample.startswith("def") and len(summary.sample) > 3
+    # the final sample is kept in samples.jsonl for the studio's run page: the prompt, and what followed it
+    assert read_samples(out) == [{"step": 6, "prompt": "def", "reply": summary.sample.removeprefix("def")}]
     assert summary.params == model.num_params() and summary.run_dir == str(out)
 
 

@@ -66,19 +66,25 @@ def test_missing_metrics_is_a_user_error(tmp_path: Path) -> None:
         read_metrics(tmp_path)
 
 
-def test_optional_loggers_need_their_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("module, package", [("wandb", "wandb"), ("torch.utils.tensorboard", "tensorboard")])
+def test_optional_loggers_need_their_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str,
+                                              package: str) -> None:
+    """Both are extras (`pip install tinylm[logging]`): without one, its flag says what to install."""
     import builtins
 
     real_import = builtins.__import__
 
-    def no_wandb(name: str, *args: object, **kwargs: object) -> object:
-        if name == "wandb":
+    def missing(name: str, *args: object, **kwargs: object) -> object:
+        if name == module:
             raise ImportError(name)
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "__import__", no_wandb)
-    with pytest.raises(TinyLMError, match="pip install wandb"):
-        MetricsLogger(tmp_path, wandb=True)
+    monkeypatch.setattr(builtins, "__import__", missing)
+    with pytest.raises(TinyLMError, match=f"pip install {package}"):
+        if package == "wandb":
+            MetricsLogger(tmp_path, wandb=True)
+        else:
+            MetricsLogger(tmp_path, tensorboard=tmp_path / "tensorboard")
 
 
 def test_smoothing_has_no_lag_and_stays_within_the_raw_range() -> None:

@@ -68,10 +68,7 @@ def create_app(served: ServedModel, api_key: str | None = None) -> FastAPI:
 
     @app.post("/v1/chat/completions", dependencies=guard)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
-        jobs, ids = chat_jobs(served, body)
-        generation = Generation(served.scheduler, served.tokenizer, jobs, body.stop_strings()).start()
-        reply = ChatReply(served, body, generation, len(ids))
-        return _sse(reply.chunks()) if body.stream else await _unless_gone(reply.whole(), generation, request)
+        return await chat_reply(served, body, request)
 
     @app.get("/")
     async def page() -> FileResponse:
@@ -79,6 +76,15 @@ def create_app(served: ServedModel, api_key: str | None = None) -> FastAPI:
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
+
+
+async def chat_reply(served: ServedModel, body: ChatCompletionRequest, request: Request) -> Any:
+    """A chat completion from `served`: one JSON reply, or Server-Sent Events when `body.stream` (the studio's
+    chat answers through this too)."""
+    jobs, ids = chat_jobs(served, body)
+    generation = Generation(served.scheduler, served.tokenizer, jobs, body.stop_strings()).start()
+    reply = ChatReply(served, body, generation, len(ids))
+    return _sse(reply.chunks()) if body.stream else await _unless_gone(reply.whole(), generation, request)
 
 
 def _bearer_check(api_key: str | None):

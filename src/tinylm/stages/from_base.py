@@ -74,6 +74,7 @@ class FromBaseStage(Stage[PostConfigT]):
         with torch.no_grad(), autocast(self.ctx.device, self.ctx.dtype):
             score = exact_match(model, self.chat, self.task, self.eval_problems, self.ctx.cfg.max_new_tokens)
         self.last_samples = score.samples
+        self.keep_samples([{"prompt": p, "reply": r, "verified": ok} for p, r, ok in score.samples])
         return {"exact_match": score.accuracy}
 
     def setup(self, ctx: StageContext[PostConfigT]) -> None:

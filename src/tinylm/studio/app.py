@@ -1,4 +1,4 @@
-"""The studio's HTTP routes: JSON views of the run folders, a live stream of a run's rows, and three pages.
+"""The studio's HTTP routes: JSON views of the run folders, a live stream of a run's rows, chat, and the pages.
 
     GET /api/runs                          every run under the root (runs.py)
     GET /api/run?name=N                    one run: its record, status.json and its newest checkpoint's config
@@ -6,10 +6,14 @@
     GET /api/events?name=N&offset=B        the same, pushed as Server-Sent Events while the run writes them
     GET /api/compare?name=A&name=B...      each run's rows, and only the config fields that differ
     GET /api/tokenize?name=N&text=T        a run's tokenizer on T: ids, each token's text, special or not
+    GET /api/data?stage=S&data=D&run=N     the rows stage S would train on from D, with the loss mask (data_preview.py)
+    GET /api/samples, /api/evaluations     a run's replies by step, its `tinylm eval` scores (run_files.py)
+    GET, POST /api/report?name=N           its report card; (re)build it
+    GET /api/chat/models, POST /api/chat   the chat checkpoints; a reply through the serving engine (chat_models.py)
     GET /api/stages                        every stage's form, from the stage table and option fields
-    POST /api/preview, /api/launch         a form's command line; start it as a new run (launch.py)
-    POST /api/stop, /api/resume            SIGTERM to a run's process group; continue it (--resume latest)
-    GET /  /run  /compare  /launch  /tokens   the pages (static files; the charts are the vendored uPlot)
+    POST /api/preview, /api/launch         a form's command line; start it as a new run, torchrun too (launch.py)
+    POST /api/stop, /api/resume            SIGTERM to a run (torchrun: to it); continue it (--resume latest)
+    GET /  /run  /compare  /launch  /tokens  /data  /chat   the pages (static; the charts are the vendored uPlot)
 
 Every answer is read from disk when it is asked for. A refused request is a 4xx JSON error naming
 what was wrong, and the studio keeps serving. With a token (required off loopback), every request
@@ -23,6 +27,7 @@ import asyncio
 import json
 import secrets
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,10 +35,15 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 
-from tinylm.checkpoint.layout import TOKENIZER, list_checkpoints
-from tinylm.errors import TinyLMError
+from tinylm.checkpoint.layout import list_checkpoints
+from tinylm.serve.protocol import APIError
 from tinylm.studio import launch as launcher
+from tinylm.studio.chat_models import ChatModels, chat_routes
+from tinylm.studio.data_preview import MAX_ROWS
+from tinylm.studio.data_preview import preview as preview_data
 from tinylm.studio.follow import read_after
+from tinylm.studio.post_body import json_body
+from tinylm.studio.run_files import run_files_routes
 from tinylm.studio.runs import (
     StudioError,
     list_runs,
@@ -42,7 +52,7 @@ from tinylm.studio.runs import (
     run_record,
     without_template,
 )
-from tinylm.tokenizer.load import load_tokenizer
+from tinylm.studio.tokens_view import tokenize_with_run
 from tinylm.train.run_status import read_status, run_state
 
 STATIC = Path(__file__).with_name("static")
@@ -51,7 +61,7 @@ CONSOLE_TAIL = 8192  # bytes of a run's console shown
 TOKENIZE_LIMIT = 20_000  # characters the tokenizer playground takes
 SHUTDOWN_GRACE_S = 1.0  # an open page's event stream never ends by itself: stopping waits this long for it
 PAGES = {"/": "index.html", "/run": "run.html", "/compare": "compare.html", "/launch": "launch.html",
-         "/tokens": "tokens.html"}
+         "/tokens": "tokens.html", "/data": "data.html", "/chat": "chat.html"}
 
 
 def newest_config(run_dir: Path) -> dict[str, Any]:
@@ -96,7 +106,14 @@ def config_differences(configs: dict[str, dict[str, Any]]) -> dict[str, dict[str
 
 def create_app(root: Path, token: str | None = None) -> FastAPI:
     root = root.resolve()
-    app = FastAPI(title="tinylm studio", docs_url=None, redoc_url=None, openapi_url=None)
+    chat_models = ChatModels(root)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await asyncio.to_thread(chat_models.close)
+
+    app = FastAPI(title="tinylm studio", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Any) -> Any:
@@ -111,6 +128,10 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
     @app.exception_handler(StudioError)
     async def refused(_: Request, exc: StudioError) -> JSONResponse:
         return JSONResponse({"error": {"message": str(exc)}}, status_code=exc.status)
+
+    @app.exception_handler(APIError)
+    async def refused_by_the_server(_: Request, exc: APIError) -> JSONResponse:  # a chat request the engine refuses
+        return JSONResponse(exc.body(), status_code=exc.status)
 
     @app.get("/api/runs")
     async def runs() -> dict[str, Any]:
@@ -156,22 +177,6 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
         configs = {n: newest_config(f) for n, f in folders.items()}
         return {"runs": list(folders), "rows": rows, "differences": config_differences(configs)}
 
-    async def json_body(request: Request) -> dict[str, Any]:
-        """The JSON object of a POST. Only `application/json` from this origin: a page elsewhere cannot send it
-        without the browser asking first, which the studio never allows, so no other site can start a run."""
-        if not request.headers.get("content-type", "").startswith("application/json"):
-            raise StudioError("send the request as application/json", 415)
-        origin = request.headers.get("origin")
-        if origin is not None and origin.split("://", 1)[-1] != request.headers.get("host"):
-            raise StudioError(f"requests from {origin} are not accepted", 403)
-        try:
-            body = await request.json()
-        except ValueError:
-            raise StudioError("the request body is not JSON") from None
-        if not isinstance(body, dict):
-            raise StudioError("the request body must be a JSON object")
-        return body
-
     @app.get("/api/console")
     async def console(name: str) -> dict[str, Any]:
         """The last lines of RUN/console.log, the output of a run the studio launched."""
@@ -187,6 +192,11 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
         """`text` in a run's tokenizer: each token's id, its bytes as text, and whether it is special."""
         return await asyncio.to_thread(tokenize_with_run, resolve_run(root, name), text)
 
+    @app.get("/api/data")
+    async def data(stage: str, spec: str = Query(..., alias="data"), run: str | None = None,
+                   limit: int = Query(5, ge=1, le=MAX_ROWS), seed: int = 0) -> dict[str, Any]:
+        return await asyncio.to_thread(preview_data, root, stage, spec, run, limit, seed)
+
     @app.get("/api/stages")
     async def stages() -> dict[str, Any]:
         return {"stages": launcher.stage_forms()}
@@ -195,14 +205,14 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
     async def launch(request: Request) -> dict[str, Any]:
         body = await json_body(request)
         return launcher.launch(root, str(body.get("stage", "")), str(body.get("name", "")),
-                               _options(body.get("options", {})))
+                               _options(body.get("options", {})), body.get("processes", 1))
 
     @app.post("/api/preview")
     async def preview(request: Request) -> dict[str, Any]:
         body = await json_body(request)
         argv = launcher.command_line(str(body.get("stage", "")), _options(body.get("options", {})),
                                      root / str(body.get("name", "NAME")))
-        return {"argv": ["tinylm", *argv]}
+        return {"argv": launcher.shown_command(argv, launcher.checked_processes(body.get("processes", 1)))}
 
     @app.post("/api/stop")
     async def stop(request: Request) -> dict[str, Any]:
@@ -211,30 +221,15 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
     @app.post("/api/resume")
     async def resume(request: Request) -> dict[str, Any]:
         body = await json_body(request)
-        return launcher.resume(root, str(body.get("name", "")), _options(body.get("options", {})))
+        return launcher.resume(root, str(body.get("name", "")), _options(body.get("options", {})),
+                               body.get("processes"))
 
+    app.include_router(run_files_routes(root))
+    app.include_router(chat_routes(chat_models))
     for path, file in PAGES.items():
         app.add_api_route(path, _page(file), methods=["GET"], include_in_schema=False)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
-
-
-def tokenize_with_run(run_dir: Path, text: str) -> dict[str, Any]:
-    """The run's newest checkpoint's tokenizer on `text` (special tokens in the text count as special)."""
-    found = [c / TOKENIZER for c in reversed(list_checkpoints(run_dir)) if (c / TOKENIZER).is_file()]
-    if not found:
-        raise StudioError(f"{run_dir.name} has no checkpoint with a tokenizer yet", 404)
-    try:
-        tokenizer = load_tokenizer(found[0])
-    except TinyLMError as exc:
-        raise StudioError(str(exc), 409) from None
-    names = {j: t for t, j in tokenizer.special_tokens.items()}
-    ids = tokenizer.encode(text)
-    # a character split over byte tokens shows as U+FFFD in each piece; "bytes" (hex) says exactly what each holds
-    pieces = [names[i].encode() if i in names else tokenizer.token_bytes(i) for i in ids]
-    return {"tokenizer": tokenizer.name, "ids": ids, "tokens": [
-        {"id": i, "text": piece.decode("utf-8", errors="replace"), "bytes": piece.hex(), "special": i in names}
-        for i, piece in zip(ids, pieces, strict=True)]}
 
 
 def _options(value: Any) -> dict[str, Any]:

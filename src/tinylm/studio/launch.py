@@ -10,7 +10,8 @@ option's own `problem()`, so a value out of range gets the CLI's line (`--batch-
 
 in a new session: its own process group, stdout and stderr in RUN/console.log. It is no child of
 the web request and keeps training with the browser closed or the studio stopped. Stop sends SIGTERM
-to that group (torchrun and its workers included); the run finishes its step, saves, and its
+to that group (torchrun and its workers included: a form's "processes" above 1 starts the command
+under `torchrun --standalone --nproc-per-node N`); the run finishes its step, saves, and its
 status.json says "stopped". Resume starts `tinylm COMMAND --out RUN --resume latest`, which continues
 the run exactly, with any options given again (a new --max-steps, say).
 """
@@ -34,6 +35,7 @@ from tinylm.train.run_status import read_status
 _CHILDREN: list[subprocess.Popen] = []  # runs this studio started: polled so that finished ones are reaped
 RUN_NAME = re.compile(r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
 NOT_ON_FORMS = {"out", "resume", "config"}  # set by the studio itself
+MAX_PROCESSES = 64  # torchrun workers a form may ask for (one per CPU core or GPU, in practice)
 
 
 def stage_forms() -> list[dict[str, Any]]:
@@ -128,19 +130,21 @@ def _flag_arguments(field: dict[str, Any], value: Any) -> list[str]:
     return [flag, str(value)]
 
 
-def launch(root: Path, stage: str, name: str, values: dict[str, Any]) -> dict[str, Any]:
-    """Start a new run ROOT/NAME; refused if the name leaves the root or the folder holds a run already."""
+def launch(root: Path, stage: str, name: str, values: dict[str, Any], processes: int = 1) -> dict[str, Any]:
+    """Start a new run ROOT/NAME (under torchrun when `processes` > 1); refused if the name leaves the root or the
+    folder holds a run already."""
     if not RUN_NAME.match(name or "") or any(part in (".", "..") for part in name.split("/")):
         raise StudioError(f"a run name is letters, digits, '.', '_', '-' and '/' between them, got {name!r}")
     out = root / name
     if out.exists() and any(out.iterdir()):
         raise StudioError(f"{name} exists already: choose another name, or resume it", 409)
     argv = command_line(stage, values, out)
-    return _start(out, argv)
+    return _start(out, argv, checked_processes(processes))
 
 
-def resume(root: Path, name: str, values: dict[str, Any]) -> dict[str, Any]:
-    """Continue a stopped, interrupted, failed or dead run exactly (`--resume latest`), with `values` given again."""
+def resume(root: Path, name: str, values: dict[str, Any], processes: int | None = None) -> dict[str, Any]:
+    """Continue a stopped, interrupted, failed or dead run exactly (`--resume latest`), with `values` given again,
+    on as many processes as it ran on (status.json's world_size) unless told otherwise."""
     folder = resolve_run(root, name)
     if lock_holder(folder) is not None:
         raise StudioError(f"{name} is running", 409)
@@ -148,29 +152,59 @@ def resume(root: Path, name: str, values: dict[str, Any]) -> dict[str, Any]:
     stage = status.get("stage")
     if stage not in STAGES:
         raise StudioError(f"{name} has no status.json naming its stage, so it cannot be resumed from here", 409)
-    return _start(folder, command_line(stage, values, folder, resume=True))
+    world = processes if processes is not None else status.get("world_size", 1)
+    return _start(folder, command_line(stage, values, folder, resume=True), checked_processes(world))
 
 
 def stop(root: Path, name: str) -> dict[str, Any]:
-    """SIGTERM to the process group of the run holding the folder's lock; it saves and stops at its next step."""
+    """SIGTERM to the run holding the folder's lock; it saves and stops at its next step.
+
+    A plain run gets it as a process group (with anything it started). Under torchrun only torchrun gets
+    it, which forwards one SIGTERM to every worker: the workers agree to stop after the same step and
+    save together. Signalling the workers too would give each a second SIGTERM (torchrun's), which
+    means "stop now" and would cut the save short.
+    """
     folder = resolve_run(root, name)
     status = read_status(folder) or {}
-    pid = status.get("pid")
+    pid, launcher_pid = status.get("pid"), status.get("launcher_pid")
     if lock_holder(folder) is None or status.get("status") != "running" or not isinstance(pid, int):
         raise StudioError(f"{name} is not running", 409)
     try:
-        os.killpg(os.getpgid(pid), signal.SIGTERM)
+        if isinstance(launcher_pid, int):
+            os.kill(launcher_pid, signal.SIGTERM)
+        else:
+            os.killpg(os.getpgid(pid), signal.SIGTERM)
     except ProcessLookupError:
         raise StudioError(f"{name}'s process {pid} is gone", 409) from None
-    return {"name": name, "signalled": pid}
+    return {"name": name, "signalled": launcher_pid if isinstance(launcher_pid, int) else pid}
 
 
-def _start(folder: Path, argv: list[str]) -> dict[str, Any]:
+def checked_processes(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_PROCESSES:
+        raise StudioError(f"processes must be a whole number from 1 to {MAX_PROCESSES}, got {value!r}")
+    return value
+
+
+def entry_point(processes: int) -> list[str]:
+    """What starts `-m tinylm ...`: Python itself, or torchrun on this machine with `processes` workers."""
+    if processes == 1:
+        return [sys.executable]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+
+
+def shown_command(argv: list[str], processes: int = 1) -> list[str]:
+    """The command line a user would type for `argv` on `processes` processes."""
+    if processes == 1:
+        return ["tinylm", *argv]
+    return ["torchrun", "--standalone", f"--nproc-per-node={processes}", "-m", "tinylm", *argv]
+
+
+def _start(folder: Path, argv: list[str], processes: int = 1) -> dict[str, Any]:
     _CHILDREN[:] = [child for child in _CHILDREN if child.poll() is None]
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / CONSOLE).open("ab") as console:
-        process = subprocess.Popen([sys.executable, "-m", "tinylm", *argv, "--no-progress"], stdin=subprocess.DEVNULL,
-                                   stdout=console, stderr=subprocess.STDOUT, start_new_session=True,
-                                   cwd=folder.parent)
+        process = subprocess.Popen([*entry_point(processes), "-m", "tinylm", *argv, "--no-progress"],
+                                   stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+                                   start_new_session=True, cwd=folder.parent)
     _CHILDREN.append(process)
-    return {"pid": process.pid, "argv": ["tinylm", *argv]}
+    return {"pid": process.pid, "argv": shown_command(argv, processes)}

@@ -15,6 +15,7 @@ from typing import Any
 from tinylm.config import ModelConfig, parse_override
 from tinylm.errors import TinyLMError
 from tinylm.inference.sampling import check_sampling_options
+from tinylm.metrics import TENSORBOARD_IN_RUN
 from tinylm.options import (
     BATCH_SIZE,
     DEVICE,
@@ -109,8 +110,13 @@ class TrainConfig:
     keep_last: int = Option("checkpoints to keep; 0 = all", low=0, group=LOGGING)(3)
     resume: str | None = RESUME(None)
     progress: bool = PROGRESS(True, group=LOGGING)
-    tensorboard: bool = Option("also log to TensorBoard (if installed)", group=LOGGING)(False)
-    wandb: bool = Option("also log to Weights & Biases (if installed)", group=LOGGING)(False)
+    tensorboard: str | None = Option(
+        "also log every metrics row to TensorBoard, event files in DIR (one run per DIR; bare --tensorboard: "
+        "RUN/tensorboard); needs the tensorboard package", metavar="DIR", const=TENSORBOARD_IN_RUN,
+        group=LOGGING)(None)
+    wandb: bool = Option("also log every metrics row to Weights & Biases: an offline run in RUN/wandb, no login or "
+                         "network (upload it later with `wandb sync`), unless WANDB_MODE is set, which then decides; "
+                         "needs the wandb package", group=LOGGING)(False)
     # the sample printed at the end
     sample_tokens: int = Option("tokens of the sample printed at the end; 0 = no sample", low=0, group=SAMPLE)(120)
     prompt: str = Option("text to continue (default: a new document)", group=SAMPLE)("")
@@ -120,6 +126,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if isinstance(self.compile, bool):  # compile=True from Python callers means "on"
             self.compile = "on" if self.compile else "off"
+        # --tensorboard was an on/off flag: True (Python, a pipeline table) or "true" (a config file's `tensorboard =
+        # true`, which reaches the flag as text) still means the run folder's, and False / "false" off
+        if self.tensorboard is True or self.tensorboard == "true":
+            self.tensorboard = TENSORBOARD_IN_RUN
+        elif self.tensorboard is False or self.tensorboard == "false":
+            self.tensorboard = None
         self.validate()
 
     def validate(self) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ import torch.distributed as dist
 
 from tinylm.checkpoint import check_same_model, checkpoint_model_config, list_checkpoints, newest_resumable
 from tinylm.errors import TinyLMError, is_oom
-from tinylm.metrics import MetricsLogger
+from tinylm.metrics import MetricsLogger, tensorboard_dir
 from tinylm.runtime.compile_policy import eager_blocks
 from tinylm.runtime.device import configure_backends, empty_cache, peak_flops, resolve_dtype
 from tinylm.runtime.distributed import DistEnv, all_gather_objects, all_reduce_sum, cleanup, init_distributed
@@ -89,6 +90,18 @@ def forwarded_tokens(stage: Stage, batches: list[Any], planned: int) -> int:
     return sum(planned if n is None else n for n in (stage.batch_tokens(b) for b in batches))
 
 
+
+def open_logger(run_dir: Path, cfg: TrainConfig, env: DistEnv, state: dict[str, Any] | None,
+                say: Callable[[str], None], run_config: dict[str, Any]) -> MetricsLogger:
+    """metrics.jsonl and the trackers asked for; TensorBoard hides the steps a resume redoes, as metrics.jsonl
+    drops them (it goes on from the step after the checkpoint)."""
+    first_step = 0 if state is None else int(state["step"]) + 1
+    logger = MetricsLogger(run_dir, active=env.is_main, tensorboard=tensorboard_dir(cfg.tensorboard, run_dir),
+                           wandb=cfg.wandb, run_config=run_config, first_step=first_step)
+    for line in logger.notes:
+        say(line)
+    return logger
+
 class _Run:
     """One training run's state; `train()` is the whole run, `_setup` and `_loop` its two halves."""
 
@@ -133,9 +146,8 @@ class _Run:
         self._setup()
         for line in header_lines(self):
             self.say(line)
-        logger = MetricsLogger(self.run_dir, active=env.is_main, tensorboard=cfg.tensorboard, wandb=cfg.wandb,
-                               run_config={"model": self.mcfg.to_dict(), "train": cfg.to_dict(),
-                                           "stage": self.stage.name})
+        logger = open_logger(self.run_dir, cfg, env, self.state, self.say,
+                             {"model": self.mcfg.to_dict(), "train": cfg.to_dict(), "stage": self.stage.name})
         total = planned_steps(cfg, self.tokens_per_step)
         self.progress = Progress(total, initial=self.step, enabled=cfg.progress and env.is_main)
         self.status.running(self.step, total)
@@ -161,7 +173,7 @@ class _Run:
         self.run_dir = open_run_dir(cfg, env, stage)
         self.lock = RunLock(self.run_dir) if env.is_main else None
         acquire_run_lock(self.lock, self.run_dir, env, self.say)
-        self.status = RunStatus(self.run_dir, stage.name, active=env.is_main)
+        self.status = RunStatus(self.run_dir, stage.name, active=env.is_main, world_size=env.world_size)
         point = find_resume_point(cfg.resume, self.run_dir, self.say)
         self.ckpt, self.state = point.checkpoint, point.state
         start = StageStart(cfg=cfg, env=env, device=self.device, run_dir=self.run_dir, resume=point.resume,
@@ -229,13 +241,11 @@ class _Run:
                 for member in members(self.optimizer):
                     self.scaler.unscale_(member)
             grad_norm = clip_gradients(params, cfg.grad_clip)
-            # stop when the next step would end past the budget: the rest of this step (as long as the last one's
-            # rest) and one more as long as the last full step; a prediction, so a step slower than the last can
-            # still overshoot by its difference
+            # stop when the next step would end past the budget: this step's rest and one more, as long as the last
             reading = time.perf_counter() if cfg.time_budget is not None else t0  # no extra reading unasked
             now = clock.at(reading)
-            over_time = (cfg.time_budget is not None and env.is_main
-                         and now + last_tail + last_step_time > cfg.time_budget)
+            over_time = cfg.time_budget is not None and env.is_main and now + last_tail + last_step_time > \
+                cfg.time_budget
             names = sorted(metric_sums)
             ws = float(env.world_size)
             forwarded = forwarded_tokens(stage, batches, planned=cfg.batch_size * self.seq_len)
@@ -301,8 +311,9 @@ class _Run:
     def _evaluate(self, logger: MetricsLogger | None) -> dict[str, float]:
         """The stage's evaluation, logged as one row (nothing when the stage has nothing to evaluate)."""
         result = self.stage.evaluate(self.raw)
-        if result and logger is not None:
-            logger.log({"step": self.step, **result, "tokens": self.tokens})
+        samples = self.stage.take_samples()  # the replies behind the evaluation, if the stage keeps any
+        if logger is not None:
+            logger.log_evaluation(self.step, self.tokens, result, samples)
         return result
 
     # ---- the end -----------------------------------------------------------------------------------
@@ -327,6 +338,7 @@ class _Run:
                     plot_runs([self.run_dir])
                 with eager_blocks():  # decoding must not compile a graph per cache length
                     sample = self.stage.finish(self.raw, checkpoint)
+                logger.log_samples(self.step, self.stage.take_samples())
         else:
             found = list_checkpoints(self.run_dir) if env.is_main else []
             checkpoint = found[-1] if found else None

@@ -20,7 +20,7 @@ from torch import nn
 from tinylm.checkpoint import has_train_state, load_train_state, sweep_leftovers
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
-from tinylm.metrics import METRICS, truncate_after
+from tinylm.metrics import METRICS, SAMPLES, truncate_after
 from tinylm.runtime.attention_policy import use_attention_kernel
 from tinylm.runtime.compile_policy import compile_blocks
 from tinylm.runtime.distributed import DistEnv, all_gather_objects, barrier
@@ -101,6 +101,7 @@ def reset_metrics_log(run_dir: Path, env: DistEnv, state: dict[str, Any] | None)
         run_dir.mkdir(parents=True, exist_ok=True)
         if state is None:
             (run_dir / METRICS).unlink(missing_ok=True)
+            (run_dir / SAMPLES).unlink(missing_ok=True)
         else:
             truncate_after(run_dir, int(state["step"]))
     barrier(env)

@@ -62,11 +62,14 @@ def run_state(run_dir: str | Path, status: dict[str, Any] | None = None) -> str 
 class RunStatus:
     """Writes one run's status.json (on rank 0; a no-op elsewhere)."""
 
-    def __init__(self, run_dir: Path, stage: str, active: bool = True) -> None:
+    def __init__(self, run_dir: Path, stage: str, active: bool = True, world_size: int = 1) -> None:
         self.file = run_dir / STATUS_FILE
         self.active = active
         self.fields: dict[str, Any] = {"status": "running", "stage": stage, "step": 0, "total_steps": None,
-                                       "pid": os.getpid(), "host": socket.gethostname(),
+                                       "pid": os.getpid(), "host": socket.gethostname(), "world_size": world_size,
+                                       # torchrun's own pid when it started this process: a stop goes to it,
+                                       # and it forwards one SIGTERM to every worker
+                                       "launcher_pid": os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else None,
                                        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
                                        "started": _now(), "reason": None}
 

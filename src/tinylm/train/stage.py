@@ -179,6 +179,16 @@ class Stage(Generic[ConfigT]):
         """Work at the end of a run on rank 0 (a sample, a merged copy), after the last checkpoint; text to print."""
         return None
 
+    def keep_samples(self, samples: list[dict[str, Any]]) -> None:
+        """Replies the model gave in an evaluation or a final sample ({"prompt", "reply", "verified"?}): the loop
+        writes them to the run's samples.jsonl with the step, so a reader sees the answers change as it learns."""
+        self._samples = samples
+
+    def take_samples(self) -> list[dict[str, Any]]:
+        """The samples kept since the last call, once."""
+        taken, self._samples = getattr(self, "_samples", []), []
+        return taken
+
 
 def lineage(stage: str, resume: Path | None, started_from: Path | None, data: str, run_dir: Path
             ) -> list[dict[str, Any]]:

@@ -36,7 +36,7 @@ class EncodedPairs:
         return len(self.tensors["chosen_ids"]) if self.tensors else 0
 
 
-def _answer_ids(chat: ChatFormat, text: str) -> list[int]:
+def answer_ids(chat: ChatFormat, text: str) -> list[int]:
     return [*chat.content_ids(text), chat.end_id]
 
 
@@ -50,7 +50,7 @@ def encode_pairs(rows: Sequence[PreferenceRow], chat: ChatFormat, width: int) ->
     for row in rows:
         prompt = chat.prompt_ids(list(row.prompt))
         texts = {"chosen": row.chosen, "rejected": row.rejected}
-        answers = {side: _answer_ids(chat, text) for side, text in texts.items() if text is not None}
+        answers = {side: answer_ids(chat, text) for side, text in texts.items() if text is not None}
         longest = max(len(a) for a in answers.values())
         room = width - longest
         if room < 1:

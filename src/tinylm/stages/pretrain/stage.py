@@ -128,8 +128,10 @@ class PretrainStage(Stage[TrainConfig]):
             return None  # a sharded model would need every rank in lockstep
         tokenizer = load_tokenizer(file)
         with autocast(self.ctx.device, self.ctx.dtype), torch.no_grad():
-            return sample_text(model, tokenizer, cfg.prompt, cfg.sample_tokens, cfg.temperature, cfg.top_k,
+            text = sample_text(model, tokenizer, cfg.prompt, cfg.sample_tokens, cfg.temperature, cfg.top_k,
                                seed=cfg.seed)
+        self.keep_samples([{"prompt": cfg.prompt, "reply": text.removeprefix(cfg.prompt)}])
+        return text
 
 
 def pretrain(config: TrainConfig | None = None, *, model_config: ModelConfig | None = None,

@@ -179,6 +179,8 @@ const studio = (() => {
       table.append(el("tr", {}, el("td", {}, `${section}.${k}`), el("td", {}, JSON.stringify(v))));
     for (const [k, v] of config) table.append(el("tr", {}, el("td", {}, k), el("td", {}, JSON.stringify(v))));
     document.getElementById("checkpoints").replaceChildren(...info.checkpoints.map((c) => el("li", {}, c)));
+    const extras = runExtras(name);
+    await extras.refresh();
     const first = await getJSON("/api/metrics?name=" + encodeURIComponent(name));
     rows = first.rows;
     draw();
@@ -188,7 +190,53 @@ const studio = (() => {
       rows = update.reset ? update.rows : rows.concat(update.rows);
       if (update.status) showStatus({ ...update.status, status: update.state || update.status.status });
       draw();
+      if (update.reset || update.rows.some((r) => !("loss" in r)) || update.state !== "running") extras.refresh();
     };
+  }
+
+  // the run page's samples (replies by step), evaluations and report card, read again after each evaluation
+  function runExtras(name) {
+    const query = "?name=" + encodeURIComponent(name);
+    const stepSelect = document.getElementById("sample-step");
+    let samples = { steps: [], samples: {} };
+    const showSamples = () => {
+      const rows = samples.samples[stepSelect.value] || [];
+      document.querySelector("#samples tbody").replaceChildren(...rows.map((s) => el("tr", {},
+        el("td", {}, el("pre", {}, s.prompt ?? "")), el("td", {}, el("pre", {}, s.reply)),
+        el("td", {}, s.verified === undefined ? "" : s.verified ? "yes" : "no"))));
+      document.getElementById("sample-note").textContent = samples.steps.length ? "" : "no samples yet (they are written at each evaluation)";
+    };
+    stepSelect.onchange = showSamples;
+    const link = document.getElementById("report-link");
+    const showReport = async () => {
+      link.hidden = !(await getJSON("/api/evaluations" + query)).report;
+      link.href = withToken("/api/report" + query);
+    };
+    document.getElementById("build-report").onclick = async () => {
+      document.getElementById("report-note").textContent = "building...";
+      try { await postJSON("/api/report", { name }); document.getElementById("report-note").textContent = "built"; }
+      catch (e) { document.getElementById("report-note").textContent = e.message; }
+      await showReport();
+    };
+    const refresh = async () => {
+      try {
+        samples = await getJSON("/api/samples" + query);
+        const chosen = stepSelect.value, newest = String(samples.steps.at(-1) ?? "");
+        const following = !chosen || chosen === stepSelect.dataset.newest;  // a reader on the newest step stays on it
+        stepSelect.replaceChildren(...samples.steps.map((s) => el("option", { value: String(s) }, String(s))));
+        stepSelect.value = following ? newest : chosen;
+        stepSelect.dataset.newest = newest;
+        showSamples();
+        const { evaluations: evals, report } = await getJSON("/api/evaluations" + query);
+        document.querySelector("#evaluations tbody").replaceChildren(...evals.flatMap((e) =>
+          Object.entries(e.scores).map(([task, scores]) => el("tr", {}, el("td", {}, `step ${e.step}`), el("td", {}, task),
+            el("td", {}, Object.entries(scores).map(([k, v]) => `${k} ${typeof v === "number" ? v.toFixed(4) : v}`).join(", "))))));
+        if (!evals.length) document.querySelector("#evaluations tbody").replaceChildren(el("tr", {}, el("td", {}, "no tinylm eval of this run yet")));
+        link.hidden = !report;
+        link.href = withToken("/api/report" + query);
+      } catch (e) { showError(e.message); }
+    };
+    return { refresh };
   }
 
   // ---- compare: every metric overlaid, and the config fields that differ
@@ -223,11 +271,13 @@ const studio = (() => {
       }
       return out;
     };
+    const processes = () => Number(document.getElementById("processes").value);
     let asked = 0;  // answers can arrive out of order while typing: only the latest question's is shown
     const preview = async () => {
       const mine = ++asked;
       try {
-        const answer = await postJSON("/api/preview", { stage: stage.value, name: document.getElementById("name").value, options: values() });
+        const answer = await postJSON("/api/preview", { stage: stage.value, name: document.getElementById("name").value,
+          options: values(), processes: processes() });
         if (mine !== asked) return;
         document.getElementById("error").hidden = true;
         document.getElementById("preview").textContent = answer.argv.join(" ");
@@ -258,10 +308,11 @@ const studio = (() => {
     };
     stage.onchange = render;
     document.getElementById("name").oninput = preview;
+    document.getElementById("processes").oninput = preview;
     document.getElementById("launch").onclick = async () => {
       const name = document.getElementById("name").value;
       try {
-        await postJSON("/api/launch", { stage: stage.value, name, options: values() });
+        await postJSON("/api/launch", { stage: stage.value, name, options: values(), processes: processes() });
         location.href = withToken("/run?name=" + encodeURIComponent(name));
       } catch (e) { showError(e.message); }
     };
@@ -285,14 +336,151 @@ const studio = (() => {
       catch (e) { if (mine === asked) showError(e.message); return; }
       if (mine !== asked) return;
       document.getElementById("count").textContent = `${answer.ids.length} tokens (${answer.tokenizer})`;
-      document.getElementById("tokens").replaceChildren(...answer.tokens.map((t, i) => el("span", {
-        class: "token" + (t.special ? " special" : ""), title: `id ${t.id}, bytes ${t.bytes}`, "data-id": String(t.id),
-        style: `background:hsl(${(i * 67) % 360} 70% 88%)` }, t.text)));
+      document.getElementById("tokens").replaceChildren(...answer.tokens.map(tokenSpan));
     };
     select.onchange = show;
     document.getElementById("text").oninput = show;
     show();
   }
 
-  return { runsPage, runPage, comparePage, launchPage, tokensPage };
+  // one token: its text, its id and bytes on hover; with a loss mask, learned tokens in green shades and the
+  // rest in grey (two shades each, alternating, so neighbouring tokens stay apart)
+  function tokenSpan(t, i) {
+    const masked = t.learn !== undefined;
+    const background = !masked ? `hsl(${(i * 67) % 360} 70% 88%)` : t.learn ? `hsl(135 55% ${i % 2 ? 78 : 86}%)`
+      : `hsl(220 10% ${i % 2 ? 86 : 92}%)`;
+    const cls = "token" + (t.special ? " special" : "") + (masked ? (t.learn ? " learn" : " context") : "");
+    return el("span", { class: cls, title: `id ${t.id}, bytes ${t.bytes}` + (masked ? (t.learn ? ", in the loss" : ", not in the loss") : ""),
+      "data-id": String(t.id), style: `background:${background}` }, t.text);
+  }
+
+  // ---- data: the rows a stage would train on from a data spec, token by token, the loss mask shown
+  async function dataPage() {
+    let forms, runs;
+    try {
+      forms = (await getJSON("/api/stages")).stages;
+      runs = (await getJSON("/api/runs")).runs.filter((r) => r.checkpoints.length);
+    } catch (e) { showError(e.message); return; }
+    const stage = document.getElementById("stage"), run = document.getElementById("run");
+    stage.replaceChildren(...forms.map((f) => el("option", { value: f.stage }, f.stage)));
+    stage.value = params.get("stage") || "sft";
+    run.replaceChildren(el("option", { value: "" }, "(none)"), ...runs.map((r) => el("option", { value: r.name }, r.name)));
+    if (params.get("run")) run.value = params.get("run");
+    else if (runs.length) run.value = runs[0].name;
+    if (params.get("data")) document.getElementById("spec").value = params.get("data");
+    let asked = 0;  // only the latest question's answer is shown
+    const show = async () => {
+      const mine = ++asked;
+      const query = new URLSearchParams({ stage: stage.value, data: document.getElementById("spec").value.trim(),
+        limit: document.getElementById("limit").value });
+      if (run.value) query.set("run", run.value);
+      let answer;
+      try { answer = await getJSON("/api/data?" + query); }
+      catch (e) {
+        if (mine !== asked) return;
+        showError(e.message);
+        document.getElementById("rows").replaceChildren();
+        return;
+      }
+      if (mine !== asked) return;
+      document.getElementById("error").hidden = true;
+      document.getElementById("notes").replaceChildren(...answer.notes.map((n) => el("li", {}, n)));
+      document.getElementById("rows").replaceChildren(...answer.rows.map((row) => el("div", { class: "row", "data-label": row.label },
+        el("h3", {}, `${row.label}: ${row.n_tokens} tokens, ${row.n_learn} in the loss` + (row.answer !== undefined ? `; reference answer ${JSON.stringify(row.answer)}` : "")),
+        el("p", { class: "tokens" }, ...row.tokens.map(tokenSpan)))));
+    };
+    stage.onchange = show;
+    run.onchange = show;
+    document.getElementById("limit").onchange = show;
+    document.getElementById("preview").onclick = show;
+    document.getElementById("spec").onkeydown = (e) => { if (e.key === "Enter") show(); };
+    show();
+  }
+
+  // ---- chat: one conversation, sent whole to one checkpoint or to two side by side (/api/chat, streamed)
+  async function chatPage() {
+    const KEY = "tinylm-studio-chat";
+    let models;
+    try { models = (await getJSON("/api/chat/models")).models; } catch (e) { showError(e.message); return; }
+    const options = models.flatMap((m) => m.checkpoints.map((c, i) => ({ value: `${m.run}\n${c}`,
+      label: `${m.run} @ ${c}` + (i === 0 ? " (newest)" : "") + (m.stage ? ` [${m.stage}]` : "") })));
+    if (!options.length) showError("no run under the root has a chat checkpoint yet (SFT, DPO and RL runs do)");
+    const saved = JSON.parse(localStorage.getItem(KEY) || "{}");
+    // the conversation: the user's turns, and each pane's own replies to them
+    const state = { users: saved.users || [], replies: saved.replies || [[], []], models: saved.models || [] };
+    const panes = ["pane-a", "pane-b"].map((id) => document.getElementById(id));
+    panes.forEach((pane, p) => {
+      const select = pane.querySelector(".model");
+      select.replaceChildren(...(p === 1 ? [el("option", { value: "" }, "(none: one pane)")] : []),
+        ...options.map((o) => el("option", { value: o.value }, o.label)));
+      const wanted = params.get(p === 0 ? "a" : "b") || state.models[p];
+      if (wanted !== undefined && [...select.options].some((o) => o.value === wanted)) select.value = wanted;
+      else if (p === 1) select.value = "";
+      select.onchange = () => { save(); show(); };
+    });
+    const chosen = (p) => panes[p].querySelector(".model").value;
+    const save = () => localStorage.setItem(KEY, JSON.stringify({ ...state, models: [chosen(0), chosen(1)] }));
+    const show = () => panes.forEach((pane, p) => {
+      pane.classList.toggle("off", !chosen(p));
+      pane.querySelector(".messages").replaceChildren(...state.users.flatMap((text, i) => {
+        const reply = state.replies[p][i];
+        return [el("div", { class: "message user" }, text),
+          ...(reply ? [el("div", { class: "message assistant" + (reply.failed ? " failed" : ""), "data-turn": String(i) }, reply.text)] : [])];
+      }));
+    });
+    const number = (id) => Number(document.getElementById(id).value);
+    const ask = async (p, turn) => {
+      const [run, checkpoint] = chosen(p).split("\n");
+      const system = document.getElementById("system").value.trim();
+      const messages = [...(system ? [{ role: "system", content: system }] : []),
+        ...state.users.slice(0, turn + 1).flatMap((text, i) => [{ role: "user", content: text },
+          ...(i < turn && state.replies[p][i] && !state.replies[p][i].failed ? [{ role: "assistant", content: state.replies[p][i].text }] : [])])];
+      const stop = document.getElementById("stop").value.split(",").map((s) => s.trim()).filter(Boolean);
+      const body = { run, checkpoint, messages, temperature: number("temperature"), top_p: number("top_p"),
+        max_tokens: number("max_tokens"), seed: number("seed"), stream: true, ...(stop.length ? { stop } : {}) };
+      const reply = state.replies[p][turn] = { text: "" };
+      try {
+        const response = await fetch(withToken("/api/chat"), { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+        if (!response.ok) {
+          const answer = await response.json().catch(() => ({}));
+          throw new Error(answer.error ? answer.error.message : `${response.status} ${response.statusText}`);
+        }
+        const reader = response.body.getReader(), decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          let cut;
+          while ((cut = buffer.indexOf("\n\n")) >= 0) {
+            const event = buffer.slice(0, cut).replace(/^data: /, "");
+            buffer = buffer.slice(cut + 2);
+            if (event === "[DONE]") continue;
+            const chunk = JSON.parse(event);
+            if (chunk.error) throw new Error(chunk.error.message);
+            reply.text += (chunk.choices[0] && chunk.choices[0].delta.content) || "";
+            show();
+          }
+        }
+      } catch (e) { reply.text = e.message; reply.failed = true; }
+      save();
+      show();
+    };
+    const send = async () => {
+      const box = document.getElementById("message"), text = box.value.trim();
+      if (!text || !chosen(0)) return;
+      box.value = "";
+      document.getElementById("error").hidden = true;
+      state.users.push(text);
+      const turn = state.users.length - 1;
+      show();
+      await Promise.all([0, 1].filter((p) => chosen(p)).map((p) => ask(p, turn)));
+    };
+    document.getElementById("send").onclick = send;
+    document.getElementById("message").onkeydown = (e) => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); send(); } };
+    document.getElementById("clear").onclick = () => { state.users = []; state.replies = [[], []]; save(); show(); };
+    show();
+  }
+
+  return { runsPage, runPage, comparePage, launchPage, tokensPage, dataPage, chatPage };
 })();
