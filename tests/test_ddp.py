@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from serve_support import free_port
 from test_train_support import cli_args, config, losses, rows
 from tinylm.checkpoint import list_checkpoints, load_model, load_train_state
 from tinylm.stages.pretrain import pretrain
@@ -21,13 +22,30 @@ from tinylm.stages.pretrain import pretrain
 STEPS = 6
 
 
-def torchrun(*args: str, nproc: int = 2, timeout: int = 180) -> subprocess.CompletedProcess[str]:
+def torchrun(*args: str, nproc: int = 2, nodes: int = 1, timeout: int = 180) -> subprocess.CompletedProcess[str]:
+    """`tinylm ARGS` on `nproc` gloo processes: one torchrun (--standalone), or `nodes` torchrun "nodes" on
+    127.0.0.1 meeting at one rendezvous endpoint, as separate machines would (--nnodes, --node-rank); then
+    node 0's output, with the worst exit status of all."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                                                "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "tinylm", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    launcher = [sys.executable, "-m", "torch.distributed.run"]
+    if nodes == 1:
+        cmd = [*launcher, "--standalone", f"--nproc_per_node={nproc}", "-m", "tinylm", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    endpoint = f"127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen([*launcher, f"--nnodes={nodes}", f"--node-rank={rank}",
+                               f"--nproc-per-node={nproc // nodes}", f"--rdzv-endpoint={endpoint}",
+                               "-m", "tinylm", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env) for rank in range(nodes)]
+    try:
+        outputs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return subprocess.CompletedProcess(procs[0].args, max(p.returncode for p in procs), *outputs[0])
 
 
 def single_reference(out: Path) -> list[float]:
@@ -39,13 +57,19 @@ def dev_losses(run: Path) -> list[float]:
     return [r["dev_loss"] for r in rows(run) if "dev_loss" in r]
 
 
-@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
-def test_two_processes_equal_one_with_the_same_global_batch(tmp_path: Path, mode: str) -> None:
+# one machine with two processes, and two "machines" (torchrun nodes on loopback) with one each
+TOPOLOGIES = [pytest.param("ddp", 1, id="ddp-1node"), pytest.param("ddp", 2, id="ddp-2nodes"),
+              pytest.param("fsdp", 1, id="fsdp-1node"),
+              pytest.param("fsdp", 2, id="fsdp-2nodes", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize(("mode", "nodes"), TOPOLOGIES)
+def test_two_processes_equal_one_with_the_same_global_batch(tmp_path: Path, mode: str, nodes: int) -> None:
     reference = single_reference(tmp_path / "single")
     extra = ["--fsdp"] if mode == "fsdp" else []
     args = cli_args(tmp_path / mode, "--batch-size", "2", "--max-steps", str(STEPS), "--eval-every", "3", *extra)
     args[args.index("--threads") + 1] = "1"
-    result = torchrun(*args)
+    result = torchrun(*args, nodes=nodes)
     assert result.returncode == 0, result.stderr[-3000:]
     distributed = losses(tmp_path / mode)
     assert len(distributed) == STEPS  # one writer: rank 0 only

@@ -97,12 +97,14 @@ def test_gradient_accumulation_equals_one_batch(tmp_path: Path, algo: str) -> No
         assert a["reward"] == pytest.approx(b["reward"]) and a["entropy"] == pytest.approx(b["entropy"], abs=1e-5)
 
 
-@pytest.mark.parametrize("algo", [pytest.param(a, marks=[] if a in ("grpo", "ppo") else [pytest.mark.slow])
-                                  for a in ALGOS])
-def test_torchrun_two_processes_equal_one(tmp_path: Path, algo: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("algo", "nodes"), [
+    *[pytest.param(a, 1, marks=[] if a in ("grpo", "ppo") else [pytest.mark.slow]) for a in ALGOS],
+    pytest.param("grpo", 2, id="grpo-2nodes", marks=pytest.mark.slow)])  # two torchrun nodes on loopback
+def test_torchrun_two_processes_equal_one(tmp_path: Path, algo: str, nodes: int,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     run_training(rl_config(tmp_path / "single", algo, batch_size=4), stage=RLStage())
     monkeypatch.setenv("PYTHONPATH", str(TESTS))
-    result = torchrun(*rl_args(tmp_path / "ddp", algo, "--batch-size", "2", "--max-steps", "2"))
+    result = torchrun(*rl_args(tmp_path / "ddp", algo, "--batch-size", "2", "--max-steps", "2"), nodes=nodes)
     assert result.returncode == 0, result.stderr[-3000:]
     assert losses(tmp_path / "ddp") == pytest.approx(losses(tmp_path / "single"), abs=1e-6)
     single, ddp = final_weights(tmp_path / "single"), final_weights(tmp_path / "ddp")

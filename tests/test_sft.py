@@ -92,9 +92,10 @@ def test_packing_changes_speed_not_the_objective(tmp_path: Path) -> None:
     assert first[0]["dev_loss"] == pytest.approx(first[1]["dev_loss"], abs=1e-5)
 
 
-def test_torchrun_two_processes_equal_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("nodes", [1, pytest.param(2, marks=pytest.mark.slow)])  # 2: two torchrun nodes
+def test_torchrun_two_processes_equal_one(tmp_path: Path, nodes: int) -> None:
     run_training(sft_config(tmp_path / "single", batch_size=4, max_steps=4), stage=SFTStage())
-    result = torchrun(*sft_args(tmp_path / "ddp", "--batch-size", "2", "--max-steps", "4"))
+    result = torchrun(*sft_args(tmp_path / "ddp", "--batch-size", "2", "--max-steps", "4"), nodes=nodes)
     assert result.returncode == 0, result.stderr[-3000:]
     assert losses(tmp_path / "ddp") == pytest.approx(losses(tmp_path / "single"), abs=1e-5)
     dev = [[r["dev_loss"] for r in rows(tmp_path / run) if "dev_loss" in r] for run in ("single", "ddp")]
