@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from tinylm.studio import follow
 from tinylm.studio.follow import read_after
 
 
@@ -33,3 +36,26 @@ def test_a_rewritten_shorter_file_starts_over(tmp_path: Path) -> None:
     log.write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n")  # what a resume's truncation leaves
     again = read_after(tmp_path, end)
     assert again.reset and [r["step"] for r in again.rows] == [1]
+
+
+def test_a_watch_rereads_the_status_only_when_it_changes_and_sees_a_dead_run(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live stream's poll: status.json parsed again only when replaced; a "running" run whose lock is free
+    turns "died" within LOCK_EVERY polls (here no process holds the lock: the writer is gone)."""
+    reads = []
+    monkeypatch.setattr(follow, "read_status", lambda run_dir: reads.append(1) or json.loads(
+        (run_dir / "status.json").read_text()))
+    status = tmp_path / "status.json"
+    status.write_text(json.dumps({"status": "finished", "step": 3}))
+    watch = follow.RunWatch(tmp_path)
+    assert watch.poll(0, 1)[1] and watch.state == "finished"  # the first poll always reports
+    for _ in range(5):
+        assert not watch.poll(0, 1)[1]
+    assert len(reads) == 1  # unchanged: never parsed again
+    replacement = tmp_path / "status.tmp"
+    replacement.write_text(json.dumps({"status": "running", "step": 4}))
+    replacement.replace(status)  # as the run writes it: atomically
+    assert watch.poll(0, 1)[1] and len(reads) == 2 and watch.state == "died"  # running, with its lock free
+    write(tmp_path / "metrics.jsonl", json.dumps({"step": 1, "loss": 2.0}) + "\n")
+    update, changed = watch.poll(0, 1)
+    assert [r["step"] for r in update.rows] == [1] and not changed

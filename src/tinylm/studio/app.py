@@ -41,7 +41,7 @@ from tinylm.studio import launch as launcher
 from tinylm.studio.chat_models import ChatModels, chat_routes
 from tinylm.studio.data_preview import MAX_ROWS
 from tinylm.studio.data_preview import preview as preview_data
-from tinylm.studio.follow import read_after
+from tinylm.studio.follow import RunWatch, read_after
 from tinylm.studio.post_body import json_body
 from tinylm.studio.run_files import run_files_routes
 from tinylm.studio.runs import (
@@ -53,7 +53,6 @@ from tinylm.studio.runs import (
     without_template,
 )
 from tinylm.studio.tokens_view import tokenize_with_run
-from tinylm.train.run_status import read_status, run_state
 
 STATIC = Path(__file__).with_name("static")
 POLL_S = 0.5  # how often a live stream looks at the file's size
@@ -153,15 +152,12 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
         folder = resolve_run(root, name)
 
         async def stream() -> AsyncIterator[str]:
-            position, number, status = offset, line, None
+            position, number, watch = offset, line, RunWatch(folder)
             yield ": connected\n\n"
             while not await request.is_disconnected():
-                update = await asyncio.to_thread(read_after, folder, position, number)
-                found = read_status(folder)
-                now = (found, run_state(folder, found))
-                if update.rows or update.reset or now != status:
-                    status = now
-                    yield f"data: {json.dumps({**update.__dict__, 'status': now[0], 'state': now[1]})}\n\n"
+                update, changed = await asyncio.to_thread(watch.poll, position, number)  # one hop per poll
+                if update.rows or update.reset or changed:
+                    yield f"data: {json.dumps({**update.__dict__, 'status': watch.status, 'state': watch.state})}\n\n"
                 position, number = update.offset, update.first_line
                 await asyncio.sleep(POLL_S)
 

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.metrics import METRICS, parse_rows
+from tinylm.train.run_status import STATUS_FILE, read_status, run_state
 
-MAX_READ = 4 << 20  # bytes per answer: a 20,000-step log (~4 MB) comes in one or two
+MAX_READ = 16 << 20  # bytes per answer: a 20,000-step log (~4.4 MB) comes in one, a 70,000-step one too
+LOCK_EVERY = 4  # polls between checks of a "running" run's lock (a died run shows within ~2 s)
 
 
 @dataclass
@@ -44,3 +46,36 @@ def read_after(run_dir: Path, offset: int, line: int = 1) -> Update:
         data = f.read(MAX_READ)
     rows, damaged, used = parse_rows(data, first_line=line)
     return Update(rows, offset + used, reset, damaged, line + data[:used].count(b"\n"))
+
+
+class RunWatch:
+    """What a live page of one run needs at each poll, for the least work: the new rows, and the status.
+
+    status.json is read again only when it was replaced or changed (inode, mtime, size), and the lock of a run
+    that says "running" is tried only every LOCK_EVERY polls (it is how a dead run shows), so a page
+    open on an idle or steady run costs a few stat calls a second.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.stamp: tuple[int, int, int] | None = None
+        self.status: dict[str, Any] | None = None
+        self.state: str | None = None
+        self.polls = 0
+
+    def poll(self, offset: int, line: int) -> tuple[Update, bool]:
+        """(the rows after `offset`, whether the status or state changed since the last poll)."""
+        update = read_after(self.run_dir, offset, line)
+        try:
+            found = self.run_dir.joinpath(STATUS_FILE).stat()
+            stamp: tuple[int, int, int] | None = (found.st_ino, found.st_mtime_ns, found.st_size)  # replaced: ino
+        except OSError:
+            stamp = None
+        before = (self.status, self.state)
+        if stamp != self.stamp or self.stamp is None:
+            self.stamp, self.status = stamp, read_status(self.run_dir)
+            self.state = run_state(self.run_dir, self.status)
+        elif self.status is not None and self.status.get("status") == "running" and self.polls % LOCK_EVERY == 0:
+            self.state = run_state(self.run_dir, self.status)
+        self.polls += 1
+        return update, (self.status, self.state) != before or self.polls == 1

@@ -74,6 +74,10 @@ class TrainConfig:
                             choices=("auto", "sdpa", "blockwise"), group=HARDWARE)("auto")
     gradient_checkpointing: bool = Option("recompute activations in backward", group=HARDWARE)(False)
     fsdp: bool = Option("shard the model with FSDP2 (under torchrun)", group=HARDWARE)(False)
+    dist_timeout: float | None = Option("under torchrun: seconds a rank waits for the others in a collective before "
+                                        "the run fails, naming the ranks that gave no answer (default: torch's, "
+                                        "30 min for gloo, 10 for NCCL); setup waits count too", low=0,
+                                        low_open=True, metavar="SECONDS", group=HARDWARE)(None)
     # batch
     batch_size: int = BATCH_SIZE(16, group=BUDGET, note="training: per micro-batch (RL: prompts)")
     grad_accum: int = Option("micro-batches per optimizer step", low=1, group=BUDGET)(1)

@@ -32,7 +32,15 @@ from tinylm.errors import TinyLMError, is_oom
 from tinylm.metrics import MetricsLogger, tensorboard_dir
 from tinylm.runtime.compile_policy import eager_blocks
 from tinylm.runtime.device import configure_backends, empty_cache, peak_flops, resolve_dtype
-from tinylm.runtime.distributed import DistEnv, all_gather_objects, all_reduce_sum, cleanup, init_distributed
+from tinylm.runtime.distributed import (
+    DistEnv,
+    all_gather_objects,
+    all_reduce_sum,
+    cleanup,
+    init_distributed,
+    is_peer_failure,
+    unanswered,
+)
 from tinylm.runtime.run_choices import RunShape, decide_run_choices
 from tinylm.train.config import TrainConfig
 from tinylm.train.faults import StepInterrupted, StopSignal, oom_message
@@ -71,7 +79,7 @@ def run_training(config: TrainConfig | None, *, stage: Stage, **changes: Any) ->
     if changes:
         cfg = cfg.replace(**changes)
     owns_group = not (dist.is_available() and dist.is_initialized())
-    env, device = init_distributed(cfg.device)
+    env, device = init_distributed(cfg.device, cfg.dist_timeout)
     threads = torch.get_num_threads()
     graceful = False
     try:
@@ -89,6 +97,14 @@ def forwarded_tokens(stage: Stage, batches: list[Any], planned: int) -> int:
     cut shorter than seq_len (rollouts, pairs) says how many; the `planned` batch x seq_len otherwise."""
     return sum(planned if n is None else n for n in (stage.batch_tokens(b) for b in batches))
 
+
+
+def run_error(error: Exception, env: DistEnv, timeout_s: float | None) -> Exception:
+    """What a failed run reports: a collective that lost a peer (hung or dead) becomes one line naming it;
+    anything else stays itself."""
+    if env.enabled and is_peer_failure(error):
+        return TinyLMError(unanswered(env, error, timeout_s))
+    return error
 
 
 def open_logger(run_dir: Path, cfg: TrainConfig, env: DistEnv, state: dict[str, Any] | None,
@@ -134,9 +150,10 @@ class _Run:
                 self.status.ended("interrupted", "SIGINT", self.step, "interrupted at once (Ctrl-C twice)")
             raise
         except Exception as exc:
+            error = run_error(exc, self.env, self.cfg.dist_timeout)  # a lost peer: one line naming it
             if self.status is not None:
-                self.status.failed(str(exc) if isinstance(exc, TinyLMError) else f"{type(exc).__name__}: {exc}")
-            raise
+                self.status.failed(str(error) if isinstance(error, TinyLMError) else f"{type(error).__name__}: {error}")
+            raise error from (None if error is not exc else exc.__cause__)  # (the error itself keeps its cause)
         finally:
             if self.lock is not None:
                 self.lock.release()

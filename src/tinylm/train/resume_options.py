@@ -15,7 +15,8 @@ from typing import Any
 from tinylm.checkpoint import read_checkpoint_config
 
 # options that describe this invocation, not the run: never inherited
-PER_INVOCATION: frozenset[str] = frozenset({"resume", "out", "device", "threads", "progress", "tensorboard", "wandb"})
+PER_INVOCATION: frozenset[str] = frozenset({"resume", "out", "device", "threads", "progress", "tensorboard", "wandb",
+                                              "dist_timeout"})
 
 
 def options_for_resume(values: dict[str, Any], explicit: set[str],

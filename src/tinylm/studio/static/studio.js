@@ -184,14 +184,24 @@ const studio = (() => {
     const first = await getJSON("/api/metrics?name=" + encodeURIComponent(name));
     rows = first.rows;
     draw();
-    const live = new EventSource(withToken(`/api/events?name=${encodeURIComponent(name)}&offset=${first.offset}&line=${first.first_line}`));
-    live.onmessage = (event) => {
-      const update = JSON.parse(event.data);
-      rows = update.reset ? update.rows : rows.concat(update.rows);
-      if (update.status) showStatus({ ...update.status, status: update.state || update.status.status });
-      draw();
-      if (update.reset || update.rows.some((r) => !("loss" in r)) || update.state !== "running") extras.refresh();
+    // the stream follows from the byte offset reached; a hidden tab closes it (a browser keeps only ~6
+    // connections to one host, so open tabs would starve each other) and reopens it where it stopped
+    let reached = { offset: first.offset, line: first.first_line }, live = null;
+    const follow = () => {
+      live = new EventSource(withToken(`/api/events?name=${encodeURIComponent(name)}&offset=${reached.offset}&line=${reached.line}`));
+      live.onmessage = (event) => {
+        const update = JSON.parse(event.data);
+        rows = update.reset ? update.rows : rows.concat(update.rows);
+        reached = { offset: update.offset, line: update.first_line };
+        if (update.status) showStatus({ ...update.status, status: update.state || update.status.status });
+        draw();
+        if (update.reset || update.rows.some((r) => !("loss" in r)) || update.state !== "running") extras.refresh();
+      };
     };
+    document.addEventListener("visibilitychange", () => {
+      if (document.hidden && live) { live.close(); live = null; } else if (!document.hidden && !live) follow();
+    });
+    follow();
   }
 
   // the run page's samples (replies by step), evaluations and report card, read again after each evaluation
