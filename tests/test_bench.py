@@ -189,3 +189,42 @@ def test_the_training_step_reports_its_attention_kernel() -> None:
     result = run_bench(options)
     assert result["attention_kernel"] == "blockwise" and "--attention blockwise" in result["attention_reason"]
     assert "attention (training step): blockwise" in format_table(result)
+
+
+def test_studio_benchmark_quick_prints_every_promised_key() -> None:
+    """benchmarks/bench_studio.py --quick: the three sections and their keys, with sane types (no timings judged)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_studio.py"
+    done = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["quick"] is True and result["machine"]["cpu_count"] >= 1
+    stream = result["streaming"]
+    for key in ("tokens_per_s_a", "tokens_per_s_b", "ratio_b_over_a", "cost_pct"):
+        assert isinstance(stream[key], float), key
+    assert [r["kind"] for r in stream["runs"]] == ["A", "B"]
+    assert all(r["tokens_per_s"] > 0 and r["steps"] > 0 for r in stream["runs"])
+    watched = stream["runs"][1]
+    assert isinstance(watched["studio_cpu_s"], float) and isinstance(watched["pages_cpu_s"], float)
+    assert stream["all_rows_followed"] is True and watched["rows_followed"] == [watched["rows_in_file"]]
+    assert stream["ratios_b_over_a"] == [stream["ratio_b_over_a"]]
+    load = result["page_load"]
+    assert load["all_rows_read"] is True and load["answers"] >= 1 and load["rows"] > load["steps"]
+    for key in ("p50_ms", "p95_ms", "run_p50_ms", "extras_p50_ms", "metrics_p50_ms"):
+        assert load["api"][key] > 0, key
+    browser = load["browser"]
+    assert isinstance(browser["available"], bool)
+    if browser["available"]:
+        assert browser["p50_ms"] > 0 and browser["charts"] >= 1
+    else:
+        assert isinstance(browser["reason"], str)
+    live = result["live_update"]
+    assert [s["rows"] for s in live["sizes"]] == [100, 1_000] and live["new_rows"] == 10
+    for size in live["sizes"]:
+        for key in ("tail_read_p50_ms", "tail_read_p95_ms", "poll_p50_ms", "full_read_p50_ms"):
+            assert size[key] > 0, key
+        assert size["full_read_answers"] >= 1
+    assert isinstance(live["tail_growth_largest_vs_smallest"], float)

@@ -55,7 +55,7 @@ from tinylm.studio.runs import (
 from tinylm.studio.tokens_view import tokenize_with_run
 
 STATIC = Path(__file__).with_name("static")
-POLL_S = 0.5  # how often a live stream looks at the file's size
+POLL_S = 1.0  # how often a live stream looks at the file (each wake-up takes a core from training)
 CONSOLE_TAIL = 8192  # bytes of a run's console shown
 TOKENIZE_LIMIT = 20_000  # characters the tokenizer playground takes
 SHUTDOWN_GRACE_S = 1.0  # an open page's event stream never ends by itself: stopping waits this long for it
