@@ -191,6 +191,7 @@ def test_the_training_step_reports_its_attention_kernel() -> None:
     assert "attention (training step): blockwise" in format_table(result)
 
 
+@pytest.mark.slow  # ~20 s: two training runs, a studio process and a browser
 def test_studio_benchmark_quick_prints_every_promised_key() -> None:
     """benchmarks/bench_studio.py --quick: the three sections and their keys, with sane types (no timings judged)."""
     import subprocess

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from test_train_support import cli_args, losses, rows, wait_for
 from tinylm.checkpoint import list_checkpoints
 from tinylm.train.run_status import read_status
@@ -62,6 +64,7 @@ def test_a_killed_rank_restarts_the_group_which_resumes_exactly(tmp_path: Path) 
     assert [c.name for c in list_checkpoints(run)][-1] == f"step_{STEPS:08d}"
 
 
+@pytest.mark.slow
 def test_a_hung_peer_fails_the_run_with_one_line_naming_it(tmp_path: Path) -> None:
     run = tmp_path / "hung"
     proc = torchrun_process(*run_args(run, "--max-steps", "100000", "--dist-timeout", "4"))

@@ -98,7 +98,7 @@ def test_gradient_accumulation_equals_one_batch(tmp_path: Path, algo: str) -> No
 
 
 @pytest.mark.parametrize(("algo", "nodes"), [
-    *[pytest.param(a, 1, marks=[] if a in ("grpo", "ppo") else [pytest.mark.slow]) for a in ALGOS],
+    *[pytest.param(a, 1, marks=[] if a == "grpo" else [pytest.mark.slow]) for a in ALGOS],
     pytest.param("grpo", 2, id="grpo-2nodes", marks=pytest.mark.slow)])  # two torchrun nodes on loopback
 def test_torchrun_two_processes_equal_one(tmp_path: Path, algo: str, nodes: int,
                                           monkeypatch: pytest.MonkeyPatch) -> None:

@@ -102,6 +102,7 @@ def test_a_run_outlives_the_studio_that_launched_it(tmp_path: Path) -> None:
         wait_for(lambda: run_state(run) == "stopped")
 
 
+@pytest.mark.slow
 def test_a_torchrun_run_launched_from_a_form_stops_whole_and_resumes_on_its_processes(tmp_path: Path) -> None:
     """Two workers under torchrun: stop reaches torchrun, which forwards one SIGTERM to each; both agree on the
     step, the checkpoint is whole, and resume starts torchrun again with the world size status.json recorded."""
