@@ -17,6 +17,7 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
@@ -110,8 +111,8 @@ def test_compare_overlays_two_runs_and_lists_what_differs(browser: webdriver.Chr
         screenshot(browser, "studio-compare.png")
 
 
-def test_launch_from_the_form_then_stop_and_resume_from_the_run_page(browser: webdriver.Chrome,
-                                                                     tmp_path: Path) -> None:
+def test_launch_from_the_form_then_stop_resume_and_finish_from_the_run_page(browser: webdriver.Chrome,
+                                                                           tmp_path: Path) -> None:
     """The form is the stage's options: a value out of range shows the CLI's line; Launch, Stop, Resume work."""
     from selenium.webdriver.support.ui import Select
 
@@ -152,7 +153,14 @@ def test_launch_from_the_form_then_stop_and_resume_from_the_run_page(browser: we
         WebDriverWait(browser, 20).until(lambda b: "resumed from" in b.find_element(By.ID, "console").text)
         browser.find_element(By.ID, "stop").click()
         WebDriverWait(browser, 60).until(lambda b: status_text(b) == "stopped")
-    assert read_status(tmp_path / "from-form")["status"] == "stopped"
+        # resumed once more with a budget (as the page's resume, with the option a form would add): it finishes
+        stopped_at = read_status(tmp_path / "from-form")["step"]
+        httpx.post(f"{url}/api/resume", json={"name": "from-form", "options": {"max_steps": stopped_at + 10}}
+                   ).raise_for_status()
+        WebDriverWait(browser, 60).until(lambda b: status_text(b) == "finished")
+        browser.refresh()  # nothing lost: every step of the three processes is on the chart
+        WebDriverWait(browser, 20).until(lambda b: loss_points(b) >= stopped_at + 10)
+    assert read_status(tmp_path / "from-form")["status"] == "finished"
 
 
 def test_the_tokenizer_playground_colours_each_token(browser: webdriver.Chrome, tmp_path: Path) -> None:

@@ -98,6 +98,8 @@ def test_a_bad_row_is_the_commands_file_and_line(root: Path) -> None:
     ({"stage": "sft", "data": "../outside.jsonl"}, 403, "outside the runs root"),
     ({"stage": "sft", "data": "/etc/passwd"}, 403, "outside the runs root"),
     ({"stage": "rl", "data": "prompts:../x.jsonl"}, 403, "outside the runs root"),
+    ({"stage": "sft", "data": "builtin:gsm8k?file=/etc/passwd"}, 403, "outside the runs root"),
+    ({"stage": "rl", "data": "gsm8k:../x.jsonl"}, 403, "outside the runs root"),
     ({"stage": "sft", "data": "missing.jsonl"}, 400, "missing.jsonl"),
     ({"stage": "sft", "data": "builtin:nope"}, 400, "nope"),
     ({"stage": "dpo", "data": ARITH, "run": ""}, 400, "choose the run"),

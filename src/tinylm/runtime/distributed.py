@@ -12,6 +12,7 @@ Multi-node: run the same command on every node with `--nnodes=M --node_rank=I
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -73,7 +74,9 @@ def init_distributed(device_name: str = "auto", timeout_s: float | None = None) 
             kwargs["timeout"] = timedelta(seconds=timeout_s)
         restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
         if restart not in (None, "0"):  # a group torchrun restarted: its own keys, never the dead group's addresses
-            store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+            agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)  # torchrun's agent hosts it
+            store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                                  is_master=rank == 0 and not agent_store, multi_tenant=not agent_store,
                                   timeout=kwargs.get("timeout", timedelta(minutes=30)))
             kwargs["store"] = dist.PrefixStore(f"tinylm/attempt_{restart}", store)
         dist.init_process_group(backend=backend, rank=rank, world_size=world, **kwargs)
@@ -115,7 +118,8 @@ def unanswered(env: DistEnv, error: BaseException, timeout_s: float | None, wait
     After a timeout gloo closes the group's connections, so the group cannot ask who is missing. The
     rendezvous store still works: every rank whose collective failed writes its name there, and rank 0
     waits `wait_s` for them. A hung rank never writes; nor does a dead one. The healthy ranks fail on
-    the same collective at about the same moment, so they all arrive.
+    the same collective at about the same moment, so they all arrive, and they wait until rank 0 has
+    named the missing (torchrun stops every worker as soon as one exits).
     """
     waited = f"{timeout_s:g} s (--dist-timeout)" if timeout_s is not None else "torch's collective timeout"
     timed_out = re.search(r"timed? ?out|timeout", str(error), re.IGNORECASE) is not None
@@ -130,13 +134,18 @@ def unanswered(env: DistEnv, error: BaseException, timeout_s: float | None, wait
         store.set(key.format(env.rank), "1")
     except Exception:  # no store to ask: say what this rank knows
         return f"{head}: a peer hung or died"
-    if not env.is_main:
+    named = key.format("named")
+    if not env.is_main:  # stay until rank 0 has named the missing: torchrun stops every worker once one exits
+        with contextlib.suppress(Exception):
+            store.wait([named], timedelta(seconds=wait_s + 2))
         return f"{head}: a peer hung or died (rank 0 names it)"
     deadline = time.monotonic() + wait_s
     missing = list(range(env.world_size))
     while missing and time.monotonic() < deadline:
         missing = [r for r in missing if not store.check([key.format(r)])]
         time.sleep(0.1)
+    with contextlib.suppress(Exception):
+        store.set(named, "1")
     if not missing:
         return f"{head}; every rank then reported in, so none is gone: one was slow (raise --dist-timeout)"
     names = ", ".join(map(str, missing))

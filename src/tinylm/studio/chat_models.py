@@ -77,16 +77,18 @@ class ChatModels:
                 model, tokenizer, meta = load_for_generation(str(path))
             except TinyLMError as exc:
                 raise StudioError(str(exc), 409) from None
+            except (OSError, RuntimeError, ValueError) as exc:  # a damaged checkpoint: one line, not a 500
+                raise StudioError(f"cannot load {name}: {str(exc).splitlines()[0]}", 409) from None
             if not meta.get("chat_template"):
                 raise StudioError(f"{name} is not a chat model (no chat template: a base model continues text; "
                                   "fine-tune it with tinylm sft)", 409)
             served = ServedModel.build(name, model, tokenizer, meta=meta)
             served.scheduler.start()
             self.loaded[path] = served
-            while len(self.loaded) > self.capacity:
-                _, old = self.loaded.popitem(last=False)
-                old.scheduler.stop()  # requests it is answering finish first
-            return served
+            evicted = [self.loaded.popitem(last=False)[1] for _ in range(len(self.loaded) - self.capacity)]
+        for old in evicted:  # outside the lock: requests it is answering finish first, other chats go on
+            old.scheduler.stop()
+        return served
 
     def close(self) -> None:
         with self.lock:

@@ -41,7 +41,6 @@ from tinylm.tokenizer.tokenizer import Tokenizer
 
 MAX_ROWS = 20
 WINDOW = 128  # tokens per pretraining row shown
-DOCUMENTS = 64  # corpus documents read for a pretraining preview (enough to fill the rows)
 
 
 def local_path(root: Path, path: str) -> Path:
@@ -55,6 +54,21 @@ def local_path(root: Path, path: str) -> Path:
 
 def _is_local(spec: str) -> bool:
     return not spec.startswith((BUILTIN_PREFIX, "hf:")) and spec != "pystdlib"
+
+
+def rooted_spec(root: Path, spec: str) -> str:
+    """`spec` with every local file it names resolved under the runs root (StudioError 403 outside it): a
+    path, the file of `gsm8k:`/`prompts:`, and a built-in task's `file=` parameter."""
+    if spec.startswith(BUILTIN_PREFIX):
+        name, sep, query = spec.partition("?")
+        items = [f"file={local_path(root, item[5:])}" if item.startswith("file=") else item
+                 for item in query.split("&")]
+        return name + sep + "&".join(items)
+    prefix = next((p for p in SOURCE_FORMS if spec.startswith(p)), None)
+    if prefix is not None:
+        rest = spec[len(prefix):]
+        return spec if rest.startswith("hf:") else prefix + str(local_path(root, rest))
+    return str(local_path(root, spec)) if _is_local(spec) else spec
 
 
 def _chat(tokenizer: Tokenizer, notes: list[str]) -> ChatFormat:
@@ -145,13 +159,7 @@ def preview(root: Path, stage: str, spec: str, run: str | None, limit: int = 5, 
     run_dir = resolve_run(root, run) if run else None
     tokenizer = run_tokenizer(run_dir) if run_dir is not None else None
     try:
-        if stage == "rl":
-            task = _rl_task(spec)
-            prefix = next((p for p in SOURCE_FORMS if task.startswith(p)), None)
-            if prefix is not None:
-                task = prefix + str(local_path(root, task[len(prefix):]))
-        else:
-            task = str(local_path(root, spec)) if _is_local(spec) else spec
+        task = rooted_spec(root, _rl_task(spec) if stage == "rl" else spec)
         if stage == "pretrain":
             rows, notes = text_rows(Path(task) if _is_local(spec) else task, tokenizer, limit, WINDOW)
         else:
@@ -161,4 +169,6 @@ def preview(root: Path, stage: str, spec: str, run: str | None, limit: int = 5, 
             rows, notes = read(task, tokenizer, limit, seed)
     except TinyLMError as exc:
         raise StudioError(str(exc)) from None
+    except (OSError, ValueError, UnicodeDecodeError) as exc:  # whatever else a file can do: one line, a 400
+        raise StudioError(f"{spec}: {type(exc).__name__}: {exc}") from None
     return {"stage": stage, "data": spec, "rows": rows, "notes": notes}

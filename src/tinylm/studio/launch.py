@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -152,7 +153,11 @@ def resume(root: Path, name: str, values: dict[str, Any], processes: int | None 
     stage = status.get("stage")
     if stage not in STAGES:
         raise StudioError(f"{name} has no status.json naming its stage, so it cannot be resumed from here", 409)
-    world = processes if processes is not None else status.get("world_size", 1)
+    if processes is None:  # as many as it ran on, when it ran here; a run from elsewhere (Slurm) on one
+        saved = status.get("world_size")
+        here = status.get("host") == socket.gethostname() and isinstance(saved, int) and 1 <= saved <= MAX_PROCESSES
+        processes = saved if here else 1
+    world = processes
     return _start(folder, command_line(stage, values, folder, resume=True), checked_processes(world))
 
 
@@ -169,6 +174,8 @@ def stop(root: Path, name: str) -> dict[str, Any]:
     pid, launcher_pid = status.get("pid"), status.get("launcher_pid")
     if lock_holder(folder) is None or status.get("status") != "running" or not isinstance(pid, int):
         raise StudioError(f"{name} is not running", 409)
+    if status.get("host") != socket.gethostname():  # a run on shared storage, trained elsewhere: not our pid
+        raise StudioError(f"{name} runs on {status.get('host')}, not on this machine: stop it there", 409)
     try:
         if isinstance(launcher_pid, int):
             os.kill(launcher_pid, signal.SIGTERM)

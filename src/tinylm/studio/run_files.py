@@ -40,13 +40,17 @@ def samples_by_step(run_dir: Path, steps: int = SAMPLE_STEPS) -> dict[str, Any]:
 
 def evaluations(run_dir: Path) -> list[dict[str, Any]]:
     """Every recorded `tinylm eval` of the run, oldest first, without the per-problem outcome strings."""
-    return [{k: v for k, v in row.items() if k != "outcomes"} for row in read_evaluations(run_dir)]
+    try:
+        found = read_evaluations(run_dir)
+    except (OSError, UnicodeDecodeError) as exc:  # a damaged evals.jsonl: a 409 naming it, not a 500
+        raise StudioError(f"{run_dir.name}/evals.jsonl cannot be read: {exc}", 409) from None
+    return [{k: v for k, v in row.items() if k != "outcomes"} for row in found]
 
 
 def report_card(run_dir: Path) -> Path:
-    """The run's report.html; StudioError (404) until one is built."""
+    """The run's report.html; StudioError (404) until one is built, or when it is a link out of the run."""
     path = run_dir / REPORT_HTML
-    if not path.is_file():
+    if not path.is_file() or run_dir.resolve() not in path.resolve().parents:
         raise StudioError(f"{run_dir.name} has no report card yet: build it (tinylm report --run RUN)", 404)
     return path
 
@@ -75,7 +79,9 @@ def run_files_routes(root: Path) -> APIRouter:
 
     @routes.get("/api/report")
     async def report(name: str) -> FileResponse:
-        return FileResponse(report_card(resolve_run(root, name)), headers={"Cache-Control": "no-cache"})
+        # a card is data, never code: sandboxed, a script in a crafted report.html cannot act as the studio
+        return FileResponse(report_card(resolve_run(root, name)), media_type="text/html",
+                            headers={"Cache-Control": "no-cache", "Content-Security-Policy": "sandbox"})
 
     @routes.post("/api/report")
     async def build(request: Request) -> dict[str, Any]:

@@ -355,7 +355,8 @@ class _Run:
                     plot_runs([self.run_dir])
                 with eager_blocks():  # decoding must not compile a graph per cache length
                     sample = self.stage.finish(self.raw, checkpoint)
-                logger.log_samples(self.step, self.stage.take_samples())
+                if self.step > start_step:  # a resume with nothing left to do wrote this step's sample already
+                    logger.log_samples(self.step, self.stage.take_samples())
         else:
             found = list_checkpoints(self.run_dir) if env.is_main else []
             checkpoint = found[-1] if found else None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.checkpoint import read_checkpoint_config
+from tinylm.runtime.distributed import launched_by_torchrun
 
 # options that describe this invocation, not the run: never inherited
 PER_INVOCATION: frozenset[str] = frozenset({"resume", "out", "device", "threads", "progress", "tensorboard", "wandb",
@@ -27,7 +28,10 @@ def options_for_resume(values: dict[str, Any], explicit: set[str],
         return dict(values), []  # a weights-only checkpoint (e.g. `tinylm import`) has no run options
     merged = dict(values)
     taken = []
+    alone = not launched_by_torchrun()
     for name, value in saved.items():
+        if name == "fsdp" and alone:  # sharding needs several processes; the checkpoint holds the model whole
+            continue
         if name in values and name not in explicit and name not in PER_INVOCATION and values[name] != value:
             merged[name] = value
             taken.append(name)

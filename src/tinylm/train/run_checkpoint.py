@@ -75,8 +75,8 @@ class RunCheckpoints:
         if self.cfg.fsdp:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict  # heavy
 
-            set_optimizer_state_dict(self.raw, optimizer, state["optimizer"],  # type: ignore[arg-type]
-                                     options=StateDictOptions(full_state_dict=True))
+            set_optimizer_state_dict(self.raw, optimizer, by_name(state["optimizer"], self.raw, optimizer),
+                                     options=StateDictOptions(full_state_dict=True))  # type: ignore[arg-type]
         else:
             try:
                 optimizer.load_state_dict(state["optimizer"])
@@ -90,7 +90,9 @@ class RunCheckpoints:
         self.stage.load_state_dict(state["loader"])
         if state.get("world_size", 1) != self.env.world_size:
             self.say(f"note: checkpoint written by {state.get('world_size')} processes, resumed by "
-                     f"{self.env.world_size}: same data if the global batch is the same; dropout noise differs")
+                     f"{self.env.world_size}: the data goes on from where it stopped; with the same global batch "
+                     "(batch x accum x processes) the losses are an uninterrupted run's up to the order of float "
+                     "sums, not bit for bit, and dropout noise differs")
         saved = {"time_budget": None, **state["schedule"]} if state.get("schedule") else None
         if saved and saved != self.schedule.to_dict():
             self.say(f"note: the schedule changed on resume: {saved} -> {self.schedule.to_dict()}")
@@ -111,6 +113,23 @@ class RunCheckpoints:
 
             return get_model_state_dict(self.raw, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return None
+
+
+def by_name(saved: dict[str, Any], model: torch.nn.Module, optimizer: Any) -> dict[str, Any]:
+    """An optimizer state keyed by parameter name, as FSDP's loader wants it. A run saved without FSDP keys
+    it by position (torch's own format): the k-th parameter of the saved groups is the k-th of this
+    optimizer's groups, which the same model and options build in the same order."""
+    groups = saved.get("param_groups") or []
+    if all(isinstance(p, str) for g in groups for p in g.get("params", [])):
+        return saved  # written under FSDP: names already
+    names = {id(p): n for n, p in model.named_parameters()}
+    order = [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
+    ids = [i for g in groups for i in g["params"]]
+    if len(ids) != len(order):
+        raise TinyLMError(f"the checkpoint's optimizer holds {len(ids)} parameters, this model {len(order)}")
+    name_of = dict(zip(ids, order))
+    return {"state": {name_of[i]: v for i, v in saved.get("state", {}).items()},
+            "param_groups": [{**g, "params": [name_of[i] for i in g["params"]]} for g in groups]}
 
 
 def restore_rank_rng(state: dict[str, Any] | None, rank: int) -> None:

@@ -197,6 +197,13 @@ const studio = (() => {
         draw();
         if (update.reset || update.rows.some((r) => !("loss" in r)) || update.state !== "running") extras.refresh();
       };
+      // the browser's own reconnect would ask again from the first offset and append rows twice: reopen from
+      // the offset reached instead (a studio restart, a network blip)
+      live.onerror = () => {
+        live.close();
+        live = null;
+        setTimeout(() => { if (!live && !document.hidden) follow(); }, 1000);
+      };
     };
     document.addEventListener("visibilitychange", () => {
       if (document.hidden && live) { live.close(); live = null; } else if (!document.hidden && !live) follow();
