@@ -175,6 +175,7 @@ def test_a_bad_reward_file_is_one_clear_line(tmp_path: Path, monkeypatch: pytest
         load_reward(spec, TASK)
 
 
+@pytest.mark.slow  # ~20 s of deliberate hangs
 def test_a_reward_that_hangs_again_and_again_is_refused_before_threads_pile_up() -> None:
     """With --reward-errors zero every timeout left a thread behind: past a few, the reward is refused."""
     import threading
