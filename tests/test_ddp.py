@@ -7,7 +7,9 @@ parameters and optimizer state but must compute the same thing.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -37,13 +39,14 @@ def torchrun(*args: str, nproc: int = 2, nodes: int = 1, timeout: int = 180) -> 
     procs = [subprocess.Popen([*launcher, f"--nnodes={nodes}", f"--node-rank={rank}",
                                f"--nproc-per-node={nproc // nodes}", f"--rdzv-endpoint={endpoint}",
                                "-m", "tinylm", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env) for rank in range(nodes)]
+                              env=env, start_new_session=True) for rank in range(nodes)]
     try:
         outputs = [p.communicate(timeout=timeout) for p in procs]
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
+            if p.poll() is None:  # torchrun and its workers, which would outlive it
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
     return subprocess.CompletedProcess(procs[0].args, max(p.returncode for p in procs), *outputs[0])
 

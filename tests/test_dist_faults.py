@@ -26,7 +26,14 @@ def torchrun_process(*args: str, restarts: int = 0) -> subprocess.Popen:
     env["OMP_NUM_THREADS"] = "1"
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                              f"--max-restarts={restarts}", "-m", "tinylm", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """torchrun and its workers: killing torchrun alone would leave the workers training on."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def other_worker(launcher: int, rank0: int) -> int:
@@ -56,7 +63,7 @@ def test_a_killed_rank_restarts_the_group_which_resumes_exactly(tmp_path: Path) 
         _, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            kill_group(proc)
     assert proc.returncode == 0, err[-3000:]
     assert "resumed from" in err and f"step_{EVERY:08d}" in err  # the restarted group continued the checkpoint
     assert [r["step"] for r in rows(run) if "loss" in r] == list(range(1, STEPS + 1))  # every step once
@@ -82,7 +89,7 @@ def test_a_hung_peer_fails_the_run_with_one_line_naming_it(tmp_path: Path) -> No
             with contextlib.suppress(ProcessLookupError):  # torchrun may have killed it already
                 os.kill(stopped, signal.SIGKILL)
         if proc.poll() is None:
-            proc.kill()
+            kill_group(proc)
     assert proc.returncode != 0
     lines = [line for line in err.splitlines() if line.startswith("tinylm: error:")]
     assert lines and "the other ranks gave no answer within 4 s (--dist-timeout)" in lines[0], err[-3000:]
