@@ -6,7 +6,9 @@ bounded number of streamed completions from asyncio clients (httpx) and prints o
 aggregate output tokens/s, p50/p99 time to first token and per output token (measured by the
 clients, from request to chunk), and the 16-vs-1 throughput ratio. Nothing leaves the loopback.
 `scheduler_only` steps the same scheduler in-process without HTTP: the batching gain by itself,
-without the per-token cost of events, JSON chunks and sockets.
+without the per-token cost of events, JSON chunks and sockets. `in_process_decode_tokens_per_s` is
+`tinylm generate`'s engine on one prompt, the same model and tokens: one stream through the server
+is reported as a fraction of it (`one_stream_vs_in_process`).
 
     python benchmarks/bench_serve.py [--threads 2] [--requests-per-client 2] [--max-tokens 64]
 """
@@ -105,6 +107,24 @@ def scheduler_only(checkpoint: Path, clients: int, max_tokens: int, prompt_len: 
     return round(scheduler.metrics.generation_tokens / (time.perf_counter() - start), 1)
 
 
+def in_process(checkpoint: Path, max_tokens: int, prompt_len: int, repeats: int = 8, rounds: int = 3) -> float:
+    """Output tokens/s of `tinylm generate`'s engine on one prompt (greedy, batch 1): what one stream should near.
+    The best of `rounds` rounds of `repeats` prompts, so a busy moment does not flatter the server's ratio."""
+    from tinylm.inference.engine import Engine
+
+    model, _, _ = load_model(checkpoint)
+    engine = Engine(model.eval())
+    prompts = random_prompts(repeats + 1, prompt_len, 1)
+    engine.generate(prompts[:1], max_tokens, GREEDY)  # warm-up
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for prompt in prompts[1:]:
+            engine.generate([prompt], max_tokens, GREEDY)
+        best = min(best, time.perf_counter() - start)
+    return round(repeats * max_tokens / best, 1)
+
+
 async def load(url: str, clients: int, requests: int, max_tokens: int, prompt_len: int) -> dict:
     prompts = random_prompts(requests, prompt_len, clients)
 
@@ -154,6 +174,7 @@ def main() -> None:
             server.wait(60)
         torch.set_num_threads(args.threads)
         alone = {c: scheduler_only(checkpoint, c, args.max_tokens, args.prompt_tokens) for c in (1, 4, 16)}
+        engine = in_process(checkpoint, args.max_tokens, args.prompt_tokens)
     single, sixteen = levels[0]["output_tokens_per_s"], levels[-1]["output_tokens_per_s"]
     print(json.dumps({
         "model": "tiny preset (modern, random weights), fp32", "server_threads": args.threads,
@@ -161,6 +182,7 @@ def main() -> None:
         "torch": torch.__version__, "max_tokens": args.max_tokens, "prompt_tokens": args.prompt_tokens,
         "levels": levels, "throughput_16_vs_1": round(sixteen / single, 2),
         "scheduler_only": {"output_tokens_per_s": alone, "throughput_16_vs_1": round(alone[16] / alone[1], 2)},
+        "in_process_decode_tokens_per_s": engine, "one_stream_vs_in_process": round(single / engine, 3),
     }, indent=2))
 
 

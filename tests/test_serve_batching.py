@@ -191,3 +191,20 @@ def test_sixteen_concurrent_http_clients_get_what_each_gets_alone(tmp_path) -> N
             together = list(pool.map(complete, prompts, [30] * 16))
     assert together == alone
     assert max(widest) > 4  # they really ran side by side
+
+
+def test_each_model_kind_is_batched_by_the_fastest_exact_path() -> None:
+    """The staggered test above runs each kind: the lean FastDecoder batch where it computes the model exactly,
+    the model's own cached path for multi-head latent attention, recomputation for the classic model."""
+    from tinylm.inference.fast_decode import supports_fast_decode
+    from tinylm.serve.slots import CachedBatch, FastBatch, RecomputeBatch, make_batch
+
+    kinds = {}
+    for name in sorted(CONFIGS):
+        model = _model(name)
+        batch = make_batch(model, 2)
+        expected = FastBatch if supports_fast_decode(model) else (
+            CachedBatch if hasattr(model, "new_cache") else RecomputeBatch)
+        assert type(batch) is expected, name
+        kinds[type(batch)] = name
+    assert set(kinds) == {FastBatch, CachedBatch, RecomputeBatch}, kinds

@@ -178,15 +178,33 @@ class FastDecoder:
         head = model.lm_head
         plain_head = type(head) is nn.Linear and head.bias is None
         self.lm_head: Projection = weight_product(head.weight) if plain_head else head.forward
+        self._allocate()
+        self.rotation: torch.Tensor | None = None  # one-token RoPE as a matrix product, when the table is small
+        if self.dtype == torch.float32 and self.capacity * self.head_dim**2 * 4 <= ROTATION_TABLE_BYTES:
+            cos, sin = model.rope(self.slots, torch.float32, upto=self.capacity)
+            self.rotation = rotation_table(cos[0, 0], sin[0, 0])
+
+    @classmethod
+    def sharing(cls, other: FastDecoder, batch_size: int, capacity: int) -> FastDecoder:
+        """A decoder with its own cache over `other`'s fused weights (fusing them again would cost a copy), and
+        its RoPE table (positions up to `capacity` <= other's)."""
+        if capacity > other.capacity:
+            raise ValueError(f"a sharing decoder holds at most {other.capacity} slots, asked for {capacity}")
+        decoder = cls.__new__(cls)
+        own = ("keys", "values", "valid", "slots")
+        decoder.__dict__.update({k: v for k, v in other.__dict__.items() if k not in own})
+        decoder.batch_size, decoder.capacity = batch_size, capacity
+        decoder._allocate()
+        return decoder
+
+    def _allocate(self) -> None:
+        """The cache [batch, kv_heads, slots, head_dim] per block and the padding mask."""
+        batch_size = self.batch_size
         shape = (batch_size, self.n_kv_head, self.capacity, self.head_dim)
         self.keys = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.blocks]
         self.values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.blocks]
         self.valid = torch.ones(batch_size, self.capacity, dtype=torch.bool, device=self.device)
         self.slots = torch.arange(self.capacity, device=self.device)  # default positions, allocated once
-        self.rotation: torch.Tensor | None = None  # one-token RoPE as a matrix product, when the table is small
-        if self.dtype == torch.float32 and self.capacity * self.head_dim**2 * 4 <= ROTATION_TABLE_BYTES:
-            cos, sin = model.rope(self.slots, torch.float32, upto=self.capacity)
-            self.rotation = rotation_table(cos[0, 0], sin[0, 0])
         self.length = 0
         self.padded = False
 
@@ -207,8 +225,14 @@ class FastDecoder:
         valid: torch.Tensor | None = None,
         last_only: bool = True,
     ) -> torch.Tensor:
-        """Append tokens idx [B, T] to the cache; logits [B, 1 or T, vocab] of the last or all of them."""
+        """Append tokens idx [B, T] to the cache; logits [B, 1 or T, vocab] of the last or all of them.
+
+        B may be fewer than the cache's rows: the first B rows are used (the server's batch grows and shrinks).
+        """
         B, T = idx.shape
+        keys, values, valid_rows = self.keys, self.values, self.valid
+        if self.batch_size != B:
+            keys, values, valid_rows = [k[:B] for k in keys], [v[:B] for v in values], valid_rows[:B]
         start, end = self.length, self.length + idx.shape[1]
         if end > self.capacity:
             raise ValueError(f"KV cache full: {start} + {T} tokens > capacity {self.capacity}")
@@ -216,17 +240,17 @@ class FastDecoder:
         if positions is None:
             positions = self.slots[start:end]
         if valid is not None:
-            self.valid[:, start:end] = valid
+            valid_rows[:, start:end] = valid
             self.padded = True
         elif self.padded:
-            self.valid[:, start:end] = True
+            valid_rows[:, start:end] = True
         lo = 0
         if T == 1 and not self.padded:  # one query sees every cached key (or the last `window` of them)
             mask, is_causal = None, False
             if self.window is not None:
                 lo = max(0, end - self.window)
         else:
-            key_valid = self.valid[:, :end] if self.padded else None
+            key_valid = valid_rows[:, :end] if self.padded else None
             mask, is_causal = attention_mask(T, start, self.window, key_valid, self.device)
         if T == 1 and self.rotation is not None:  # [1 or B, 1, D, D]: a view for the default positions
             rotation = self.rotation[start:end] if default_positions else self.rotation[positions]
@@ -249,13 +273,14 @@ class FastDecoder:
             else:
                 qk = apply_rope(qk.transpose(1, 2), cos, sin)  # [B, H + K, T, D]
             q, k = qk.narrow(1, 0, H), qk.narrow(1, H, K)
-            self.keys[i].narrow(2, start, T).copy_(k)
-            self.values[i].narrow(2, start, T).copy_(qkv[:, :, H + K :].transpose(1, 2))
-            keys, values = self.keys[i].narrow(2, lo, end - lo), self.values[i].narrow(2, lo, end - lo)
+            keys[i].narrow(2, start, T).copy_(k)
+            values[i].narrow(2, start, T).copy_(qkv[:, :, H + K :].transpose(1, 2))
+            seen_k, seen_v = keys[i].narrow(2, lo, end - lo), values[i].narrow(2, lo, end - lo)
             if T == 1 and mask is None:
-                y = one_query_attention(q, keys, values)
+                y = one_query_attention(q, seen_k, seen_v)
             else:
-                y = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=is_causal, enable_gqa=gqa)
+                y = F.scaled_dot_product_attention(q, seen_k, seen_v, attn_mask=mask, is_causal=is_causal,
+                                                   enable_gqa=gqa)
                 y = y.transpose(1, 2).reshape(B * T, H * D)
             if gated:
                 y = y * torch.sigmoid(proj[:, (H + 2 * K) * D :])

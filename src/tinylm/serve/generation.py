@@ -78,17 +78,38 @@ class Generation:
         unfinished = len(self.choices)
         try:
             while unfinished:
-                index, event = await self.queue.get()
-                choice = self.choices[index]
-                if choice.finish_reason is not None:
-                    continue  # what a stop string's cancel could not stop in time
-                delta = self._apply(choice, event)
-                if delta is not None:
+                events = [await self.queue.get()]
+                while not self.queue.empty():  # the client lagged: what piled up leaves as one delta per choice
+                    events.append(self.queue.get_nowait())
+                for delta in self._merged(events):
                     yield delta
                     if delta.finish_reason is not None:
                         unfinished -= 1
         finally:
             self.cancel()
+
+    def _merged(self, events: list[tuple[int, object]]) -> list[Delta]:
+        """The deltas of a burst of events, one per choice (in the order the choices first appear).
+
+        Each delta, JSON chunk and socket write costs the server about as much as a decode step of a
+        small model; a stream that has fallen behind catches up in fewer, longer chunks.
+        """
+        merged: dict[int, Delta] = {}
+        for index, event in events:
+            choice = self.choices[index]
+            if choice.finish_reason is not None and index not in merged:
+                continue  # what a stop string's cancel could not stop in time
+            if merged.get(index) is not None and merged[index].finish_reason is not None:
+                continue
+            delta = self._apply(choice, event)
+            if delta is None:
+                continue
+            if index in merged:
+                earlier = merged[index]
+                delta = Delta(index, earlier.text + delta.text, earlier.tokens + delta.tokens,
+                              earlier.offsets + delta.offsets, delta.finish_reason)
+            merged[index] = delta
+        return list(merged.values())
 
     def _apply(self, choice: Choice, event: object) -> Delta | None:
         if isinstance(event, PromptLogprobs):

@@ -1,7 +1,9 @@
 """The running batch: requests in rows of one forward pass, each with its own length, joining and leaving.
 
-Two kinds share one interface, so the scheduler never asks which model it drives:
+Three kinds share one interface, so the scheduler never asks which model it drives:
 
+- `FastBatch` (modern models `FastDecoder` computes exactly): `CachedBatch`'s scheme on the lean
+  decode forward and its cache layout, what `tinylm generate` decodes with;
 - `CachedBatch` (modern models): a prompt is prefilled alone, chunk by chunk, into its own small
   cache; when done it is copied into a free row of the shared `SlotCache`, and from then on each
   decode step feeds every row's newest token in one batched forward pass.
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from tinylm.inference.fast_decode import FastDecoder, supports_fast_decode
 from tinylm.models.modern.kv_cache import KVCache
 from tinylm.serve.slot_cache import SlotCache
 
@@ -30,7 +33,7 @@ class Prefill:
     ids: list[int]
     keep_all_logits: bool = False  # echo + logprobs: the logits at every prompt position are needed
     done: int = 0
-    cache: KVCache | None = None
+    cache: KVCache | FastDecoder | None = None
     logits: list[torch.Tensor] = field(default_factory=list)  # [T, vocab] chunks (or just the last row)
 
     @property
@@ -43,6 +46,13 @@ class Prefill:
             self.logits.clear()
             hidden = hidden[-1:]
         self.logits.append(lm_head(hidden).float())
+
+    def keep_logits(self, logits: torch.Tensor) -> None:
+        """Keep this chunk's logits [T or 1, vocab] (already only the newest when not all are wanted)."""
+        if not self.keep_all_logits:
+            self.logits.clear()
+            logits = logits[-1:]
+        self.logits.append(logits)
 
     def last_logits(self) -> torch.Tensor:
         return self.logits[-1][-1]
@@ -130,6 +140,82 @@ class RecomputeBatch:
             self.contexts[row] = last
 
 
-def make_batch(model: nn.Module, max_rows: int) -> CachedBatch | RecomputeBatch:
-    """The cached batch where the model has a KV cache, recomputation otherwise (the classic model)."""
+class FastBatch:
+    """`CachedBatch` on the lean forward of `FastDecoder` (modern models it computes exactly).
+
+    The same right-aligned rows as `SlotCache`, kept in the decoder's own [rows, kv_heads, slots, head_dim]
+    cache: a prompt is prefilled alone into a one-row decoder sharing the fused weights, then copied into
+    the columns just before the shared end; a leaving row is overwritten by the last one. At one row a
+    decode step costs what `tinylm generate` pays per token, not the module-by-module forward's.
+    """
+
+    def __init__(self, model: nn.Module, max_rows: int) -> None:
+        self.window = model.config.context_length
+        self.capacity = 2 * self.window  # a window of steps between two left shifts
+        self.decoder = FastDecoder(model, max_rows, self.capacity)
+        self.decoder.padded = True  # rows start at different columns: attention always reads the mask
+        self.device = self.decoder.device
+        self.rows = 0
+        self.start = torch.zeros(max_rows, dtype=torch.long, device=self.device)
+        self.columns = torch.arange(self.capacity, device=self.device)
+
+    def prefill(self, job: Prefill, budget: int) -> int:
+        if job.cache is None:
+            job.cache = FastDecoder.sharing(self.decoder, 1, len(job.ids))
+        chunk = job.ids[job.done : job.done + max(1, budget)]
+        idx = torch.tensor([chunk], dtype=torch.long, device=self.device)
+        job.keep_logits(job.cache.extend(idx, last_only=not job.keep_all_logits)[0].float())
+        job.done += len(chunk)
+        return len(chunk)
+
+    def join(self, job: Prefill) -> int:
+        d, prompt, n = self.decoder, job.cache, len(job.ids)
+        if self.rows == self.decoder.batch_size:
+            raise ValueError("every slot is taken")
+        if self.rows == 0:
+            d.length = 0
+        if n > d.length:
+            self._shift(n - d.length)
+        row, lo = self.rows, d.length - n
+        for mine, theirs in ((d.keys, prompt.keys), (d.values, prompt.values)):
+            for buffer, source in zip(mine, theirs, strict=True):
+                buffer[row, :, lo : d.length] = source[0, :, :n]
+        self.start[row] = lo
+        d.valid[row, : d.length] = self.columns[: d.length] >= lo
+        self.rows += 1
+        job.cache = None
+        return row
+
+    def decode(self, tokens: torch.Tensor) -> torch.Tensor:
+        d = self.decoder
+        if d.length + 1 > self.capacity:
+            self._shift(-int(self.start[: self.rows].min()))
+        positions = (d.length - self.start[: self.rows])[:, None]
+        return d.extend(tokens[:, None], positions)[:, -1].float()
+
+    def leave(self, row: int) -> None:
+        d, last = self.decoder, self.rows - 1
+        if row != last:
+            for buffer in (*d.keys, *d.values):
+                buffer[row, :, : d.length] = buffer[last, :, : d.length]
+            d.valid[row, : d.length] = d.valid[last, : d.length]
+            self.start[row] = self.start[last]
+        self.rows = last
+
+    def _shift(self, by: int) -> None:
+        """Move every row's columns right (by > 0) or left (by < 0), as `SlotCache._shift` does."""
+        d, n, end = self.decoder, self.rows, self.decoder.length
+        src, dst = slice(max(0, -by), end), slice(max(0, by), end + by)
+        for buffer in (*d.keys, *d.values):
+            buffer[:n, :, dst] = buffer[:n, :, src].clone()
+        self.start[:n] += by
+        d.length = end + by
+        d.valid[:n, : d.length] = self.columns[None, : d.length] >= self.start[:n, None]
+
+
+def make_batch(model: nn.Module, max_rows: int) -> FastBatch | CachedBatch | RecomputeBatch:
+    """The lean cached batch where `FastDecoder` computes the model exactly, the model's own cached path for
+    the other modern models (MLA), recomputation for the classic model (no KV cache)."""
+    if supports_fast_decode(model):
+        return FastBatch(model, max_rows)
     return CachedBatch(model, max_rows) if hasattr(model, "new_cache") else RecomputeBatch(model)
