@@ -251,8 +251,9 @@ def test_multibyte_characters_are_never_split_across_chunks(tmp_path: Path) -> N
         stream = client.completions.create(model="micro", prompt="emoji", max_tokens=len(tokens), temperature=0,
                                            stream=True)
         pieces = [c.choices[0].text for c in stream]
+        # how many chunks depends on how far the client lags (a lagging stream's tokens leave together:
+        # tests/test_serve_coalescing.py); whatever the cut, each chunk holds whole characters
         assert "".join(pieces) == whole.choices[0].text and not any("\ufffd" in p for p in pieces)
-        assert len(pieces) > 10  # many chunks, each of whole characters
 
 
 def _not_utf8(data: bytes) -> bool:
