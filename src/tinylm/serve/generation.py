@@ -97,10 +97,8 @@ class Generation:
         merged: dict[int, Delta] = {}
         for index, event in events:
             choice = self.choices[index]
-            if choice.finish_reason is not None and index not in merged:
-                continue  # what a stop string's cancel could not stop in time
-            if merged.get(index) is not None and merged[index].finish_reason is not None:
-                continue
+            if choice.finish_reason is not None:
+                continue  # ended (in this burst or before): what a stop string's cancel could not stop in time
             delta = self._apply(choice, event)
             if delta is None:
                 continue

@@ -23,17 +23,77 @@ import torch
 from tinylm.models.modern.kv_cache import KVCache
 
 
-class SlotCache:
+class RightAlignedRows:
+    """The rows' bookkeeping (join, leave, shift) over slot-major buffers [max_rows, capacity, ...] and their
+    padding mask [max_rows, capacity]; a buffer laid out otherwise takes part through a transposed view."""
+
+    def __init__(self, buffers: list[torch.Tensor], valid: torch.Tensor, capacity: int) -> None:
+        self.buffers, self.valid, self.capacity = buffers, valid, capacity
+        self.max_rows = valid.shape[0]
+        self.rows = 0
+        self.length = 0
+        self.start = torch.zeros(self.max_rows, dtype=torch.long, device=valid.device)
+        self.columns = torch.arange(capacity, device=valid.device)
+
+    def positions(self) -> torch.Tensor:
+        """[rows, 1]: each row's position for the token written at column `length`."""
+        return (self.length - self.start[: self.rows])[:, None]
+
+    def make_room(self, t: int) -> None:
+        """Shift the rows left so that t more columns fit (raises if a row would outgrow the capacity)."""
+        if self.length + t <= self.capacity:
+            return
+        shift = int(self.start[: self.rows].min()) if self.rows else self.length
+        if self.length - shift + t > self.capacity:
+            raise ValueError(f"a row of {self.length - shift} tokens + {t} does not fit capacity {self.capacity}")
+        self._shift(-shift)
+
+    def join(self, sources: list[torch.Tensor], n_tokens: int) -> int:
+        """Copy a prefilled prompt (one source [1, >= n_tokens, ...] per buffer, in order) into a new row ending
+        at column `length`; its row index."""
+        if self.rows == self.max_rows:
+            raise ValueError("every slot is taken")
+        if self.rows == 0:
+            self.length = 0
+        if n_tokens > self.length:
+            self._shift(n_tokens - self.length)
+        row, lo = self.rows, self.length - n_tokens
+        for buffer, source in zip(self.buffers, sources, strict=True):
+            buffer[row, lo : self.length] = source[0, :n_tokens]
+        self.start[row] = lo
+        self.valid[row, : self.length] = self.columns[: self.length] >= lo
+        self.rows += 1
+        return row
+
+    def leave(self, row: int) -> None:
+        """Free `row`: the last row moves into it (the caller renumbers its request the same way)."""
+        last = self.rows - 1
+        if row != last:
+            for buffer in self.buffers:
+                buffer[row, : self.length] = buffer[last, : self.length]
+            self.valid[row, : self.length] = self.valid[last, : self.length]
+            self.start[row] = self.start[last]
+        self.rows = last
+
+    def _shift(self, by: int) -> None:
+        """Move every row's columns right (by > 0) or left (by < 0) and renumber starts and length."""
+        n, end = self.rows, self.length
+        src = slice(max(0, -by), end)
+        dst = slice(max(0, by), end + by)
+        for buffer in self.buffers:
+            buffer[:n, dst] = buffer[:n, src].clone()
+        self.start[:n] += by
+        self.length = end + by
+        self.valid[:n, : self.length] = self.columns[None, : self.length] >= self.start[:n, None]
+
+
+class SlotCache(RightAlignedRows):
     """`KVCache`'s interface (length, mark_valid, write, advance) over the first `rows` of a wider buffer."""
 
     def __init__(self, model: torch.nn.Module, max_rows: int, capacity: int) -> None:
         self.storage: KVCache = model.new_cache(max_rows, capacity)
-        self.capacity = capacity
-        self.max_rows = max_rows
-        self.rows = 0
-        self.length = 0
-        self.start = torch.zeros(max_rows, dtype=torch.long, device=self.storage.valid.device)
-        self.columns = torch.arange(capacity, device=self.storage.valid.device)
+        buffers = [buffer for layer in self.storage.buffers for buffer in layer.values()]
+        super().__init__(buffers, self.storage.valid, capacity)
 
     # ---- what the model calls during forward_hidden --------------------------------------------------
     def mark_valid(self, valid: torch.Tensor | None, t: int) -> torch.Tensor:
@@ -51,56 +111,6 @@ class SlotCache:
     def advance(self, t: int) -> None:
         self.length += t
 
-    # ---- what the scheduler calls between steps ------------------------------------------------------
-    def positions(self) -> torch.Tensor:
-        """[rows, 1]: each row's position for the token written at column `length`."""
-        return (self.length - self.start[: self.rows])[:, None]
-
-    def make_room(self, t: int) -> None:
-        """Shift the rows left so that t more columns fit (raises if a row would outgrow the capacity)."""
-        if self.length + t <= self.capacity:
-            return
-        shift = int(self.start[: self.rows].min()) if self.rows else self.length
-        if self.length - shift + t > self.capacity:
-            raise ValueError(f"a row of {self.length - shift} tokens + {t} does not fit capacity {self.capacity}")
-        self._shift(-shift)
-
-    def join(self, prompt_cache: KVCache, n_tokens: int) -> int:
-        """Copy a prefilled single-row cache into a new row ending at column `length`; its row index."""
-        if self.rows == self.max_rows:
-            raise ValueError("every slot is taken")
-        if self.rows == 0:
-            self.length = 0
-        if n_tokens > self.length:
-            self._shift(n_tokens - self.length)
-        row, lo = self.rows, self.length - n_tokens
-        for layer, buffers in enumerate(self.storage.buffers):
-            for name, buffer in buffers.items():
-                buffer[row, lo : self.length] = prompt_cache.buffers[layer][name][0, :n_tokens]
-        self.start[row] = lo
-        self.storage.valid[row, : self.length] = self.columns[: self.length] >= lo
-        self.rows += 1
-        return row
-
-    def leave(self, row: int) -> None:
-        """Free `row`: the last row moves into it (the caller renumbers its request the same way)."""
-        last = self.rows - 1
-        if row != last:
-            for buffers in self.storage.buffers:
-                for buffer in buffers.values():
-                    buffer[row, : self.length] = buffer[last, : self.length]
-            self.storage.valid[row, : self.length] = self.storage.valid[last, : self.length]
-            self.start[row] = self.start[last]
-        self.rows = last
-
-    def _shift(self, by: int) -> None:
-        """Move every row's columns right (by > 0) or left (by < 0) and renumber starts and length."""
-        n, end = self.rows, self.length
-        src = slice(max(0, -by), end)
-        dst = slice(max(0, by), end + by)
-        for buffers in self.storage.buffers:
-            for buffer in buffers.values():
-                buffer[:n, dst] = buffer[:n, src].clone()
-        self.start[:n] += by
-        self.length = end + by
-        self.storage.valid[:n, : self.length] = self.columns[None, : self.length] >= self.start[:n, None]
+    def join_cache(self, prompt_cache: KVCache, n_tokens: int) -> int:
+        """Copy a prefilled single-row cache into a new row (`join`); its row index."""
+        return self.join([buffer for layer in prompt_cache.buffers for buffer in layer.values()], n_tokens)

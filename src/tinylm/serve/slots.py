@@ -23,7 +23,7 @@ from torch import nn
 
 from tinylm.inference.fast_decode import FastDecoder, supports_fast_decode
 from tinylm.models.modern.kv_cache import KVCache
-from tinylm.serve.slot_cache import SlotCache
+from tinylm.serve.slot_cache import RightAlignedRows, SlotCache
 
 
 @dataclass
@@ -83,7 +83,7 @@ class CachedBatch:
         return len(chunk)
 
     def join(self, job: Prefill) -> int:
-        row = self.cache.join(job.cache, len(job.ids))
+        row = self.cache.join_cache(job.cache, len(job.ids))
         job.cache = None
         return row
 
@@ -143,21 +143,24 @@ class RecomputeBatch:
 class FastBatch:
     """`CachedBatch` on the lean forward of `FastDecoder` (modern models it computes exactly).
 
-    The same right-aligned rows as `SlotCache`, kept in the decoder's own [rows, kv_heads, slots, head_dim]
-    cache: a prompt is prefilled alone into a one-row decoder sharing the fused weights, then copied into
-    the columns just before the shared end; a leaving row is overwritten by the last one. At one row a
-    decode step costs what `tinylm generate` pays per token, not the module-by-module forward's.
+    The same right-aligned rows as `SlotCache` (`RightAlignedRows` keeps them), in the decoder's own
+    [rows, kv_heads, slots, head_dim] cache: a prompt is prefilled alone into a one-row decoder sharing the
+    fused weights, then copied into the columns just before the shared end; a leaving row is overwritten
+    by the last one. At one row a decode step costs what `tinylm generate` pays per token, not the
+    module-by-module forward's.
     """
 
     def __init__(self, model: nn.Module, max_rows: int) -> None:
         self.window = model.config.context_length
-        self.capacity = 2 * self.window  # a window of steps between two left shifts
-        self.decoder = FastDecoder(model, max_rows, self.capacity)
+        capacity = 2 * self.window  # a window of steps between two left shifts
+        self.decoder = FastDecoder(model, max_rows, capacity)
         self.decoder.padded = True  # rows start at different columns: attention always reads the mask
         self.device = self.decoder.device
-        self.rows = 0
-        self.start = torch.zeros(max_rows, dtype=torch.long, device=self.device)
-        self.columns = torch.arange(self.capacity, device=self.device)
+        self.slots = RightAlignedRows(_slot_major(self.decoder), self.decoder.valid, capacity)
+
+    @property
+    def rows(self) -> int:
+        return self.slots.rows
 
     def prefill(self, job: Prefill, budget: int) -> int:
         if job.cache is None:
@@ -169,48 +172,24 @@ class FastBatch:
         return len(chunk)
 
     def join(self, job: Prefill) -> int:
-        d, prompt, n = self.decoder, job.cache, len(job.ids)
-        if self.rows == self.decoder.batch_size:
-            raise ValueError("every slot is taken")
-        if self.rows == 0:
-            d.length = 0
-        if n > d.length:
-            self._shift(n - d.length)
-        row, lo = self.rows, d.length - n
-        for mine, theirs in ((d.keys, prompt.keys), (d.values, prompt.values)):
-            for buffer, source in zip(mine, theirs, strict=True):
-                buffer[row, :, lo : d.length] = source[0, :, :n]
-        self.start[row] = lo
-        d.valid[row, : d.length] = self.columns[: d.length] >= lo
-        self.rows += 1
+        row = self.slots.join(_slot_major(job.cache), len(job.ids))
         job.cache = None
         return row
 
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
-        d = self.decoder
-        if d.length + 1 > self.capacity:
-            self._shift(-int(self.start[: self.rows].min()))
-        positions = (d.length - self.start[: self.rows])[:, None]
-        return d.extend(tokens[:, None], positions)[:, -1].float()
+        self.slots.make_room(1)
+        self.decoder.length = self.slots.length  # the decoder writes at the rows' shared end column
+        logits = self.decoder.extend(tokens[:, None], self.slots.positions())[:, -1].float()
+        self.slots.length = self.decoder.length
+        return logits
 
     def leave(self, row: int) -> None:
-        d, last = self.decoder, self.rows - 1
-        if row != last:
-            for buffer in (*d.keys, *d.values):
-                buffer[row, :, : d.length] = buffer[last, :, : d.length]
-            d.valid[row, : d.length] = d.valid[last, : d.length]
-            self.start[row] = self.start[last]
-        self.rows = last
+        self.slots.leave(row)
 
-    def _shift(self, by: int) -> None:
-        """Move every row's columns right (by > 0) or left (by < 0), as `SlotCache._shift` does."""
-        d, n, end = self.decoder, self.rows, self.decoder.length
-        src, dst = slice(max(0, -by), end), slice(max(0, by), end + by)
-        for buffer in (*d.keys, *d.values):
-            buffer[:n, :, dst] = buffer[:n, :, src].clone()
-        self.start[:n] += by
-        d.length = end + by
-        d.valid[:n, : d.length] = self.columns[None, : d.length] >= self.start[:n, None]
+
+def _slot_major(decoder: FastDecoder) -> list[torch.Tensor]:
+    """The decoder's keys and values [rows, kv_heads, slots, head_dim] as views [rows, slots, kv_heads, head_dim]."""
+    return [buffer.transpose(1, 2) for buffer in (*decoder.keys, *decoder.values)]
 
 
 def make_batch(model: nn.Module, max_rows: int) -> FastBatch | CachedBatch | RecomputeBatch:
