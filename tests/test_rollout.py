@@ -8,9 +8,9 @@ import torch
 
 from tinylm.config import ModelConfig
 from tinylm.inference.engine import Engine
-from tinylm.inference.sampling import GREEDY, SamplingParams
+from tinylm.inference.sampling import GREEDY, SamplingParams, inverse_cdf_sample
 from tinylm.models.factory import build_model
-from tinylm.stages.rl.rollout import inverse_cdf_sample, policy_logprobs, sample_rollouts
+from tinylm.stages.rl.rollout import policy_logprobs, sample_rollouts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -3,25 +3,33 @@
 A RUN argument may be a run folder (its newest checkpoint is used) or one checkpoint folder; the
 training code's `load_model` resolves both and checks the files. On a GPU the weights are cast to
 bf16 where the hardware runs it natively: decoding reads every weight once per token, so half the
-bytes is nearly twice the speed there.
+bytes is nearly twice the speed there. A caller that must match another process's numbers (the
+server RL samples from) names the dtype instead, and nothing is measured.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
 from tinylm.inference.decode_timing import cast_measuring_decode
 from tinylm.inference.int8 import quantize_int8
+from tinylm.runtime.choice import plain
 from tinylm.runtime.device import pick_device
 from tinylm.tokenizer.chat_format import ChatFormat
 
 
-def load_for_generation(path: str, int8: bool = False, device: str = "auto") -> tuple[nn.Module, Any, dict[str, Any]]:
-    """(model in eval mode, tokenizer, checkpoint metadata) for `tinylm generate` / `tinylm chat`."""
+def load_for_generation(path: str, int8: bool = False, device: str = "auto", dtype: torch.dtype | None = None
+                        ) -> tuple[nn.Module, Any, dict[str, Any]]:
+    """(model in eval mode, tokenizer, checkpoint metadata) for `tinylm generate` / `chat` / `serve`.
+
+    `dtype` None: the decode-precision policy picks; float32 or bfloat16: that, as asked. The choice is
+    meta["decode_dtype"] (a torch dtype) and its reason meta["decode_precision"].
+    """
     target = pick_device(device)
     try:
         model, tokenizer, meta = load_model(path, device="cpu")
@@ -34,8 +42,12 @@ def load_for_generation(path: str, int8: bool = False, device: str = "auto") -> 
     model.eval()
     if int8:  # first: the activation dtype is then measured on the int8 model itself
         quantize_int8(model)
-    model, decode = cast_measuring_decode(model, target)
-    meta["decode_precision"] = decode.reason
+    if dtype is None:
+        model, decode = cast_measuring_decode(model, target)
+        meta["decode_dtype"], meta["decode_precision"] = decode.value, decode.reason
+    else:
+        model = model.to(dtype)
+        meta["decode_dtype"], meta["decode_precision"] = dtype, f"{plain(dtype)}, as asked"
     return model.to(target).eval(), tokenizer, meta
 
 

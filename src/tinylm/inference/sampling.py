@@ -15,11 +15,17 @@ Every filter works on a batch of logits [B, vocab] on the model's device and onl
 
 Sampling draws from a `torch.Generator` owned by the caller, so a seed reproduces a run exactly and
 generation never disturbs the global RNG. Nothing here reads a tensor back to the CPU.
+
+Seeded sequences (RL rollouts, the server's requests) draw by inverse CDF instead: each sequence owns
+float64 uniforms made from its seed before decoding (`sequence_uniforms`), and step t takes the first
+token whose cumulative probability passes u_t. A sequence's tokens then depend on its seed and the
+logits alone, not on its neighbours in a batch, so the server and the trainer draw the same rollout.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -137,3 +143,21 @@ def sample(
         return processed.argmax(dim=-1)
     probs = torch.softmax(processed, dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def sequence_uniforms(seeds: Sequence[int], steps: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """[len(seeds), steps] float64 uniforms, row i from seed i (mod 2**63).
+
+    torch's CPU generator yields a prefix of the same stream whatever `steps` is, so a caller that
+    asks for fewer steps sees the first of the same numbers.
+    """
+    rows = [torch.rand(steps, generator=torch.Generator().manual_seed(int(s) % 2**63), dtype=torch.float64)
+            for s in seeds]
+    return torch.stack(rows).to(device)
+
+
+def inverse_cdf_sample(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Token ids [B]: the first index whose cumulative probability exceeds u * total (never a zero-prob token)."""
+    cdf = probs.double().cumsum(-1)
+    target = (uniform * cdf[:, -1]).unsqueeze(-1)
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)

@@ -90,6 +90,13 @@ def all_reduce_sum(tensor: torch.Tensor, env: DistEnv) -> torch.Tensor:
     return tensor
 
 
+def all_reduce_max(tensor: torch.Tensor, env: DistEnv) -> torch.Tensor:
+    """Maximum over ranks, in place; identity on one process."""
+    if env.enabled:
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor
+
+
 def all_gather_objects(obj: Any, env: DistEnv) -> list[Any]:
     """One object from every rank (for small things like RNG states), in rank order."""
     if not env.enabled:

@@ -5,6 +5,9 @@ text into one JSON reply or streams it as Server-Sent Events, `data: {chunk}` li
 `data: [DONE]`. A client that goes away cancels its jobs: a stream notices when Starlette cancels
 it, a plain request by polling the connection while it waits. The scheduler thread starts with the
 app and, at shutdown, ends only after the requests still running have finished.
+
+POST /admin/reload {"checkpoint": DIR} swaps in new weights of the same model (an RL trainer syncing
+the server it samples from). Only a caller on this machine, or one with the admin token, may.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from fastapi.staticfiles import StaticFiles
 from tinylm.serve.error_handlers import install_error_handlers
 from tinylm.serve.generation import Generation
 from tinylm.serve.jobs import chat_jobs, completion_jobs
-from tinylm.serve.protocol import APIError, ChatCompletionRequest, CompletionRequest
+from tinylm.serve.protocol import APIError, ChatCompletionRequest, CompletionRequest, ReloadRequest
 from tinylm.serve.replies import ChatReply, CompletionReply
 from tinylm.serve.served_model import ServedModel
 
@@ -33,7 +36,10 @@ STATIC = Path(__file__).with_name("static")
 DISCONNECT_POLL_S = 0.25
 
 
-def create_app(served: ServedModel, api_key: str | None = None) -> FastAPI:
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def create_app(served: ServedModel, api_key: str | None = None, admin_token: str | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if not served.scheduler.thread.is_alive():
@@ -70,6 +76,11 @@ def create_app(served: ServedModel, api_key: str | None = None) -> FastAPI:
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
         return await chat_reply(served, body, request)
 
+    @app.post("/admin/reload")
+    async def reload(body: ReloadRequest, request: Request) -> dict[str, Any]:
+        _admin_check(request, admin_token)
+        return await asyncio.to_thread(served.reload, body.checkpoint)
+
     @app.get("/")
     async def page() -> FileResponse:
         return FileResponse(STATIC / "index.html")
@@ -97,6 +108,18 @@ def _bearer_check(api_key: str | None):
                            code="invalid_api_key", type="authentication_error")
 
     return check
+
+
+def _admin_check(request: Request, admin_token: str | None) -> None:
+    """Loopback callers, or callers with 'Authorization: Bearer <admin token>'; 403 for anyone else."""
+    if admin_token is not None:
+        given = request.headers.get("authorization", "")
+        if secrets.compare_digest(given.encode(), f"Bearer {admin_token}".encode()):
+            return
+    if request.client is None or request.client.host not in LOOPBACK:
+        raise APIError(403, "the admin endpoints answer callers on the server's machine, or ones that send "
+                       "'Authorization: Bearer <admin token>' (tinylm serve --admin-token)",
+                       code="forbidden", type="permission_error")
 
 
 def _sse(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:

@@ -2,7 +2,10 @@
 
 A completion may carry several prompts (text or token ids) and each may be sampled `n` times; OpenAI
 numbers prompt p's j-th sample as choice p * n + j, and choice j of a seeded request uses seed + j,
-so the samples differ from each other and repeat exactly with the same seed.
+so the samples differ from each other and repeat exactly with the same seed. With seed = S * 1_000_003
+(mod 2**63) those are the seeds `tinylm rl` gives the G rows of a prompt seeded S (`row_seeds`).
+
+What ends a choice: the model's own stop tokens (unless `ignore_eos`) and any of `stop_token_ids`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ def completion_jobs(served: ServedModel, body: CompletionRequest) -> tuple[list[
     max_tokens = DEFAULT_COMPLETION_TOKENS if body.max_tokens is None else body.max_tokens
     if max_tokens > 0:
         check_room(served, prompts)
-    jobs = [_job(body, ids, max_tokens, index % body.n, served.completion_stop_ids, body.logprobs,
+    stops = stop_ids(served, body, served.completion_stop_ids)
+    jobs = [_job(body, ids, max_tokens, index % body.n, stops, body.logprobs,
                  prompt_logprobs=body.echo and body.logprobs is not None) for index, ids in enumerate(prompts)]
     return jobs, prompts
 
@@ -49,9 +53,17 @@ def chat_jobs(served: ServedModel, body: ChatCompletionRequest) -> tuple[list[Jo
     check_length(served, ids, "messages")
     limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    stops = frozenset(served.chat_format.stop_ids)
+    stops = stop_ids(served, body, frozenset(served.chat_format.stop_ids))
     return [_job(body, ids, served.window if limit is None else limit, j, stops, logprobs)
             for j in range(body.n)], ids
+
+
+def stop_ids(served: ServedModel, body: Sampling, own: frozenset[int]) -> frozenset[int]:
+    """The token ids that end a choice: the model's own (unless ignore_eos) and the request's."""
+    extra = frozenset(body.stop_token_ids or ())
+    if any(not 0 <= i < served.vocab_size for i in extra):
+        raise APIError(400, f"stop_token_ids must be in [0, {served.vocab_size})", "stop_token_ids")
+    return extra if body.ignore_eos else own | extra
 
 
 def check_length(served: ServedModel, ids: list[int], param: str) -> None:

@@ -49,6 +49,10 @@ class Sampling(BaseModel):
     n: int = Field(default=1, ge=1, le=16)
     stream: bool = False
     stream_options: StreamOptions | None = None
+    # vLLM's extensions, which RL trainers send: token ids back ("token_id:N" in log-probs), stops by id
+    return_tokens_as_token_ids: bool = False
+    stop_token_ids: list[int] | None = None  # end a choice at any of these (besides the model's own stops)
+    ignore_eos: bool = False  # the model's own stops end nothing: only stop_token_ids (and stop strings) do
 
     def stop_strings(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -93,3 +97,9 @@ class ChatCompletionRequest(Sampling):
     max_completion_tokens: int | None = Field(default=None, ge=0)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+
+
+class ReloadRequest(BaseModel):
+    """POST /admin/reload: serve the weights of this checkpoint (a run or checkpoint folder on the server)."""
+
+    checkpoint: str

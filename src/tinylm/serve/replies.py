@@ -54,9 +54,15 @@ class CompletionReply(_Reply):
         super().__init__(served, generation, sum(len(ids) for ids in prompts[:: body.n]), "cmpl")
         self.body, self.prompts = body, prompts
 
+    def _logprobs(self) -> CompletionLogprobs | None:
+        """An empty log-probs object when the request asked for log-probs."""
+        if self.body.logprobs is None:
+            return None
+        return CompletionLogprobs(self.served.tokenizer, self.body.return_tokens_as_token_ids)
+
     def _start(self, index: int) -> tuple[str, CompletionLogprobs | None]:
         """The text a choice starts with (its prompt, when echoing) and its log-probs so far."""
-        logprobs = CompletionLogprobs(self.served.tokenizer) if self.body.logprobs is not None else None
+        logprobs = self._logprobs()
         if not self.body.echo:
             return "", logprobs
         if logprobs is not None:
@@ -78,7 +84,7 @@ class CompletionReply(_Reply):
         async for delta in self.generation.deltas():
             if delta.index in started:
                 head = ""
-                logprobs = CompletionLogprobs(self.served.tokenizer) if self.body.logprobs is not None else None
+                logprobs = self._logprobs()
             else:
                 started.add(delta.index)
                 head, logprobs = self._start(delta.index)
@@ -101,7 +107,8 @@ class ChatReply(_Reply):
     def _logprobs(self, deltas: list[Delta]) -> dict | None:
         if not self.body.logprobs:
             return None
-        return chat_logprobs(self.served.tokenizer, [token for delta in deltas for token in delta.tokens])
+        return chat_logprobs(self.served.tokenizer, [token for delta in deltas for token in delta.tokens],
+                             self.body.return_tokens_as_token_ids)
 
     async def whole(self) -> dict[str, Any]:
         choices = [{"index": index, "message": {"role": "assistant", "content": "".join(d.text for d in deltas)},

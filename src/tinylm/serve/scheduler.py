@@ -12,7 +12,11 @@ Each step of the loop:
 
 Requests talk to the loop only through `submit` / `cancel` and the events they receive (events.py),
 delivered by a callback the handler supplies (it forwards them into its asyncio queue). Every
-request samples from its own seeded generator, so what it gets never depends on its neighbours.
+request samples by inverse CDF from its own seeded uniforms (`sequence_uniforms`), so what it gets
+never depends on its neighbours, and a seeded request draws exactly what `tinylm rl` draws in-process.
+
+A new model (`swap_model`: the same config, new weights) waits until the running requests have
+finished; requests that arrive meanwhile wait in line and are served by the new weights.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from tinylm.inference.sampling import SamplingParams, sample
+from tinylm.inference.sampling import SamplingParams, inverse_cdf_sample, process_logits, sequence_uniforms
 from tinylm.serve.events import Event, Failed, Finished, PromptLogprobs, Token
 from tinylm.serve.metrics import ServerMetrics
 from tinylm.serve.slots import Prefill, make_batch
@@ -52,12 +56,26 @@ class Job:
     pending: int = 0  # the newest token, fed at the next decode step
     last_token_at: float = 0.0
     prefill: Prefill | None = None
-    generator: torch.Generator | None = None
+    uniforms: list[float] | None = None  # token t is drawn from uniforms[t] (float64, from the seed)
+
+
+LOGPROBS_MODES = ("raw", "processed")  # vLLM's raw_logprobs / processed_logprobs
+
+
+@dataclass
+class _Swap:
+    """A model waiting to replace the served one, and the event its caller waits on."""
+
+    model: nn.Module
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 class Scheduler:
     def __init__(self, model: nn.Module, max_slots: int = 16, prefill_budget: int = 64,
-                 metrics: ServerMetrics | None = None) -> None:
+                 metrics: ServerMetrics | None = None, logprobs_mode: str = "raw") -> None:
+        if logprobs_mode not in LOGPROBS_MODES:
+            raise ValueError(f"logprobs_mode is one of {LOGPROBS_MODES}, got {logprobs_mode!r}")
+        self.logprobs_mode = logprobs_mode  # raw: log softmax(logits); processed: of what the token was drawn from
         self.model = model.eval()
         self.window = model.config.context_length
         self.max_slots, self.prefill_budget = max_slots, prefill_budget
@@ -69,6 +87,7 @@ class Scheduler:
         self.running: list[Job] = []  # running[i] is in row i of the batch
         self.wake = threading.Condition()
         self.stopping = False
+        self.swap: _Swap | None = None
         self.thread = threading.Thread(target=self._loop, name="tinylm-scheduler", daemon=True)
 
     # ---- the handlers' side ---------------------------------------------------------------------------
@@ -95,6 +114,15 @@ class Scheduler:
                 job.cancel_reason = reason
             self.wake.notify()
 
+    def swap_model(self, model: nn.Module, timeout: float | None = None) -> bool:
+        """Serve `model` from the next request on, once the running ones have finished; True when it is in."""
+        with self.wake:
+            if self.stopping:
+                raise RuntimeError("the server is shutting down")
+            swap = self.swap = _Swap(model.eval())
+            self.wake.notify()
+        return swap.done.wait(timeout)
+
     def stop(self, timeout: float = 30.0) -> None:
         """Finish what is running (new requests are refused), then end the thread."""
         with self.wake:
@@ -108,8 +136,9 @@ class Scheduler:
         with torch.inference_mode():
             while True:
                 with self.wake:
-                    while not (self.waiting or self.prefilling or self.running or self.stopping):
+                    while not (self.waiting or self.prefilling or self.running or self.stopping or self.swap):
                         self.wake.wait()
+                    self._swap_when_idle()
                     if self.stopping and not (self.waiting or self.prefilling or self.running):
                         return
                 try:
@@ -119,12 +148,27 @@ class Scheduler:
                 except Exception as exc:  # noqa: BLE001 - one bad step must not take the server down
                     self._fail_everyone(f"{type(exc).__name__}: {exc}")
 
+    def _swap_when_idle(self) -> None:
+        """Put a waiting model in once nothing runs (the batch's fused weights are rebuilt from it)."""
+        if self.swap is None or self.prefilling or self.running:
+            return
+        self.model, self.batch = self.swap.model, make_batch(self.swap.model, self.max_slots)
+        self.swap.done.set()
+        self.swap = None
+
     def admit(self) -> None:
-        while self.waiting and len(self.running) + len(self.prefilling) < self.max_slots:
+        """Move waiting jobs into free slots. Jobs with the same prompt (a request's `n` choices) share one
+        prefill: it is computed once and copied into each of their rows, as each would compute it alone."""
+        shared = {(tuple(j.prompt), j.prompt_logprobs): j.prefill for j in self.prefilling}
+        while self.waiting and self.swap is None and len(self.running) + len(self.prefilling) < self.max_slots:
             job = self.waiting.popleft()
-            job.prefill = Prefill(job.prompt, keep_all_logits=job.prompt_logprobs)
-            job.generator = torch.Generator(device=self.device)
-            job.generator.manual_seed(job.seed if job.seed is not None else secrets.randbits(63))
+            key = (tuple(job.prompt), job.prompt_logprobs)
+            if key not in shared:
+                shared[key] = Prefill(job.prompt, keep_all_logits=job.prompt_logprobs)
+            job.prefill = shared[key]
+            if not job.sampling.greedy:
+                seed = job.seed if job.seed is not None else secrets.randbits(63)
+                job.uniforms = sequence_uniforms([seed], max(job.max_tokens, 1))[0].tolist()
             self.prefilling.append(job)
         self._count_queues()
 
@@ -133,9 +177,13 @@ class Scheduler:
         self._drop_cancelled()
         budget = self.prefill_budget
         for job in list(self.prefilling):
-            if budget <= 0:
-                break
-            budget -= self.batch.prefill(job.prefill, budget)
+            if not job.prefill.finished:  # (a shared prefill is finished when its first job's is)
+                if budget <= 0:
+                    continue
+                spent = self.batch.prefill(job.prefill, budget)
+                budget -= spent
+                with self.metrics.lock:
+                    self.metrics.prompt_tokens += spent
             if job.prefill.finished:
                 self.prefilling.remove(job)
                 self._prompt_done(job)
@@ -147,8 +195,6 @@ class Scheduler:
 
     def _prompt_done(self, job: Job) -> None:
         prefill = job.prefill
-        with self.metrics.lock:
-            self.metrics.prompt_tokens += len(job.prompt)
         if job.prompt_logprobs:
             job.on_event(_prompt_logprobs(prefill.all_logits(), job.prompt, job.logprobs or 0))
         if job.max_tokens <= 0:
@@ -163,11 +209,11 @@ class Scheduler:
 
     def _emit_tokens(self, jobs: list[Job], logits: torch.Tensor) -> None:
         """Sample each job's next token from its row of `logits`, tell it, and retire the finished."""
-        tokens = logits.argmax(dim=-1)
-        for i, job in enumerate(jobs):
-            if not job.sampling.greedy:
-                tokens[i] = sample(logits[i : i + 1], job.sampling, job.generator)[0]
-        logprobs = torch.log_softmax(logits, dim=-1) if any(j.logprobs is not None for j in jobs) else None
+        tokens, processed = self._sample(jobs, logits)
+        logprobs = chosen = None
+        if any(j.logprobs is not None for j in jobs):
+            logprobs = self._logprobs(jobs, logits, processed)
+            chosen = logprobs.gather(1, tokens[:, None])[:, 0].tolist()  # one read-back for every row
         now = time.perf_counter()
         ended = []
         for i, (job, token) in enumerate(zip(jobs, tokens.tolist(), strict=True)):
@@ -175,11 +221,42 @@ class Scheduler:
             job.generated += 1
             job.pending = token
             stop = token in job.stop_ids
-            job.on_event(_token_event(token, None if job.logprobs is None else logprobs[i], job.logprobs, stop))
+            if job.logprobs is None:
+                job.on_event(Token(token, stop=stop))
+            else:
+                job.on_event(Token(token, chosen[i], _top(logprobs[i], job.logprobs), stop))
             if stop or job.generated >= job.max_tokens:
                 ended.append((job, "stop" if stop else "length"))
         for job, reason in ended:
             self._retire(job, reason)
+
+    def _sample(self, jobs: list[Job], logits: torch.Tensor) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """(the tokens [B], each sampled row's processed logits): the greedy take the argmax, the others draw
+        by inverse CDF from their own uniforms, in one batch per set of sampling options (rows of one set
+        give the same numbers batched or alone: every filter works row by row)."""
+        tokens = logits.argmax(dim=-1)
+        groups: dict[SamplingParams, list[int]] = {}
+        for i, job in enumerate(jobs):
+            if not job.sampling.greedy:
+                groups.setdefault(job.sampling, []).append(i)
+        processed: dict[int, torch.Tensor] = {}
+        for params, rows in groups.items():
+            index = torch.tensor(rows, device=logits.device)
+            scaled = process_logits(logits[index], params)
+            uniforms = torch.tensor([jobs[i].uniforms[jobs[i].generated] for i in rows], dtype=torch.float64,
+                                    device=logits.device)
+            tokens[index] = inverse_cdf_sample(torch.softmax(scaled, dim=-1), uniforms)
+            processed.update(zip(rows, scaled))
+        return tokens, processed
+
+    def _logprobs(self, jobs: list[Job], logits: torch.Tensor, processed: dict[int, torch.Tensor]) -> torch.Tensor:
+        """Each row's log-probs: of the model's distribution (raw), or of the one its token was drawn from
+        (processed: after temperature, top-k, top-p, min-p; a token they rule out reads -9999, as in vLLM)."""
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        if self.logprobs_mode == "processed":
+            for i, row in processed.items():
+                logprobs[i] = torch.log_softmax(row, dim=-1).clamp(min=-9999.0)
+        return logprobs
 
     def _record_timing(self, job: Job, now: float) -> None:
         with self.metrics.lock:
@@ -235,12 +312,6 @@ def _top(logprobs: torch.Tensor, k: int) -> tuple[tuple[int, float], ...]:
         return ()
     values, ids = torch.topk(logprobs, min(k, logprobs.shape[-1]))
     return tuple(zip(ids.tolist(), values.tolist(), strict=True))
-
-
-def _token_event(token: int, logprobs: torch.Tensor | None, k: int | None, stop: bool) -> Token:
-    if logprobs is None:
-        return Token(token, stop=stop)
-    return Token(token, float(logprobs[token]), _top(logprobs, k or 0), stop)
 
 
 def _prompt_logprobs(logits: torch.Tensor, prompt: list[int], k: int) -> PromptLogprobs:

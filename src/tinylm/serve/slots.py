@@ -83,9 +83,8 @@ class CachedBatch:
         return len(chunk)
 
     def join(self, job: Prefill) -> int:
-        row = self.cache.join_cache(job.cache, len(job.ids))
-        job.cache = None
-        return row
+        """Copy the prefilled prompt into a new row (the prefill stays whole: several rows may share it)."""
+        return self.cache.join_cache(job.cache, len(job.ids))
 
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
         """Feed each row's newest token [rows]; next-token logits [rows, vocab]."""
@@ -172,9 +171,7 @@ class FastBatch:
         return len(chunk)
 
     def join(self, job: Prefill) -> int:
-        row = self.slots.join(_slot_major(job.cache), len(job.ids))
-        job.cache = None
-        return row
+        return self.slots.join(_slot_major(job.cache), len(job.ids))
 
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
         self.slots.make_room(1)

@@ -17,7 +17,7 @@ from tinylm.runtime.distributed import launched_by_torchrun
 
 # options that describe this invocation, not the run: never inherited
 PER_INVOCATION: frozenset[str] = frozenset({"resume", "out", "device", "threads", "progress", "tensorboard", "wandb",
-                                              "dist_timeout"})
+                                              "dist_timeout", "rollout_url", "rollout_timeout"})
 
 
 def options_for_resume(values: dict[str, Any], explicit: set[str],

@@ -8,6 +8,7 @@ Ctrl-C or SIGTERM stops taking new requests, lets the running ones finish, then 
 examples:
   tinylm serve --checkpoint runs/tiny-modern
   tinylm serve --checkpoint runs/tiny-modern --port 8080 --api-key "$KEY"
+  tinylm serve --checkpoint runs/tiny-chat --dtype fp32 --port 8001   # what `tinylm rl --rollout-url` samples
   curl http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\
        -d '{"model": "tiny-modern", "prompt": "def main(", "max_tokens": 40}'
 """
@@ -22,13 +23,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import torch
+
 from tinylm.cli import option_types
 from tinylm.cli.commands.generate import use_threads
 from tinylm.cli.options import add_option
 from tinylm.errors import TinyLMError
 from tinylm.inference.loading import load_for_generation
-from tinylm.options import CHECKPOINT, INT8, THREADS
+from tinylm.options import CHECKPOINT, DTYPE, INT8, THREADS
 from tinylm.serve.app import create_app
+from tinylm.serve.scheduler import LOGPROBS_MODES
 from tinylm.serve.served_model import ServedModel
 
 HELP = "OpenAI-compatible HTTP API with continuous batching, and a web chat page"
@@ -50,8 +54,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="prompt tokens computed per step between decode steps (default %(default)s)")
     parser.add_argument("--drain-timeout", type=option_types.bounded_float(0), default=60.0, metavar="S",
                         help="on shutdown, seconds to let running requests finish (default %(default)s)")
+    parser.add_argument("--admin-token", default=None, metavar="TOKEN",
+                        help="let callers from other machines use POST /admin/reload with 'Authorization: Bearer "
+                             "TOKEN' (without it, only this machine may reload weights)")
+    add_option(parser, "dtype", DTYPE, "auto", note="of decoding; fp32 to match the float32 log-probs of an RL "
+               "trainer sampling here")
+    parser.add_argument("--logprobs-mode", choices=LOGPROBS_MODES, default="raw",
+                        help="log-probs of the model's distribution (raw), or of the one each token was drawn from, "
+                             "after temperature, top-k/top-p/min-p (processed) (default %(default)s)")
     add_option(parser, "int8", INT8, False)
     add_option(parser, "threads", THREADS, kind="int")
+
+
+DECODE_DTYPES = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -74,16 +89,16 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     use_threads(args.threads)
-    model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8)
+    model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8, dtype=DECODE_DTYPES[args.dtype])
     name = args.model_name or Path(args.checkpoint).resolve().name
     served = ServedModel.build(name, model, tokenizer, max_slots=args.max_slots, prefill_budget=args.prefill_chunk,
-                               meta=meta)
+                               meta=meta, logprobs_mode=args.logprobs_mode, int8=args.int8)
     sock = bind(args.host, args.port)
     host, port = sock.getsockname()[:2]
-    config = uvicorn.Config(create_app(served, args.api_key), log_level="warning",
+    config = uvicorn.Config(create_app(served, args.api_key, args.admin_token), log_level="warning",
                             timeout_graceful_shutdown=args.drain_timeout)
-    print(f"tinylm: serving {name} ({meta['path']}) at http://{host}:{port}/v1, chat page at http://{host}:{port}/",
-          file=sys.stderr, flush=True)
+    print(f"tinylm: serving {name} ({meta['path']}) at http://{host}:{port}/v1, chat page at http://{host}:{port}/; "
+          f"{meta['decode_precision']}, {args.logprobs_mode} log-probs", file=sys.stderr, flush=True)
     with _quiet_after_shutdown():
         uvicorn.Server(config).run(sockets=[sock])
     print("tinylm: server stopped", file=sys.stderr)

@@ -13,6 +13,9 @@ ones are masked out of the loss. DAPO's overlong shaping adds a soft penalty nea
 Each micro-batch then gets what its loss needs from frozen models (the reference's log-probs, PPO's
 old values), and the step its advantages (step_advantages.py) and its totals (step_totals.py).
 
+With a rollout server (`rollout_server.py`) rank 0 syncs the weights before the round samples, the
+server's log-probs become `sampler_logp`, and `old_logp` is the trainer's own recompute.
+
 Ctrl-C while a reward runs ends the wait at once (`reward_calls.py`); the ranks agree on it in the
 round's first all-reduce, and every rank drops the step together (`StepInterrupted`).
 """
@@ -25,15 +28,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from tinylm.checkpoint import TOKENIZER
 from tinylm.inference.sampling import SamplingParams
 from tinylm.runtime.device import autocast
-from tinylm.runtime.distributed import DistEnv, all_reduce_sum
+from tinylm.runtime.distributed import DistEnv, all_reduce_max, all_reduce_sum
 from tinylm.stages.rl.advantages import reward_spread
 from tinylm.stages.rl.algorithm import Algorithm
 from tinylm.stages.rl.config import RLConfig
 from tinylm.stages.rl.ppo import PolicyWithValue
 from tinylm.stages.rl.rewards import Reward, RewardsInterrupted
-from tinylm.stages.rl.rollout import on_response, policy_logprobs, response_positions, sample_rollouts
+from tinylm.stages.rl.rollout import Rollouts, on_response, policy_logprobs, response_positions, sample_rollouts
+from tinylm.stages.rl.rollout_server import RolloutServer
 from tinylm.stages.rl.step_advantages import step_advantages
 from tinylm.stages.rl.step_totals import StepTotals, step_totals
 from tinylm.tasks.task import Example, Task
@@ -63,8 +68,9 @@ class RolloutCollector:
     precision, ranks) and the models come with each round."""
 
     def __init__(self, cfg: RLConfig, algo: Algorithm, chat: ChatFormat, tokenizer: Tokenizer, task: Task,
-                 pool: list[Example], reward: Reward, reference: nn.Module | None) -> None:
-        self.cfg, self.algo = cfg, algo
+                 pool: list[Example], reward: Reward, reference: nn.Module | None,
+                 server: RolloutServer | None = None) -> None:
+        self.cfg, self.algo, self.server = cfg, algo, server
         self.chat, self.tokenizer, self.task, self.reward, self.reference = chat, tokenizer, task, reward, reference
         self.pool = pool
         self.pool_ids = [chat.prompt_ids(e.prompt) for e in pool]
@@ -79,6 +85,11 @@ class RolloutCollector:
         env, device, algo = ctx.env, ctx.device, self.algo
         t0 = time.perf_counter()
         update_s = t0 - self.last_round_end if self.last_round_end is not None else 0.0
+        if self.server is not None:
+            if env.rank == 0:
+                self.server.sync(ctx.run_dir, round_index, policy, policy.config, ctx.run_dir / TOKENIZER)
+            all_reduce_sum(torch.zeros(1, device=device), env)  # every rank samples the synced weights
+        sync_s = time.perf_counter() - t0
         try:
             groups = [self._fill(ctx, round_index, slots, policy) for slots in self._slots(env)]
             interrupted = 0.0
@@ -101,6 +112,10 @@ class RolloutCollector:
         step_advantages(micro_batches, algo, self.cfg.group_size, self.cfg.gamma, self.cfg.lam, env)
         rollout_s = time.perf_counter() - t0
         totals = step_totals(micro_batches, flat, algo.aggregation, rollout_s, update_s, env, device)
+        if self.server is not None:  # the largest per-token gap |log pi_old - log pi_sampler| of the step
+            gap = torch.tensor([max((g["gap_max"] for g in flat), default=0.0)], dtype=torch.float64, device=device)
+            totals.metrics["sampler_gap_max"] = float(all_reduce_max(gap, env)[0])
+            totals.metrics["sync_s"] = sync_s  # part of rollout_s: publishing the weights and the server's reload
         self.last_round_end = time.perf_counter()
         return micro_batches, totals
 
@@ -131,9 +146,7 @@ class RolloutCollector:
         prompts_per_round = cfg.batch_size * cfg.grad_accum * ctx.env.world_size
         picks = [((round_index * prompts_per_round + s) * self.tries + candidate) % len(self.pool) for s in slots]
         seeds = [stable_seed(cfg.seed, round_index, s, candidate) for s in slots]
-        with autocast(ctx.device, ctx.dtype):  # the same precision as the loss's recompute
-            rollouts = sample_rollouts(policy, [self.pool_ids[p] for p in picks], G, cfg.max_new_tokens,
-                                       self.sampling, seeds, self.chat.stop_ids, pad_id=self.tokenizer.eot_id)
+        rollouts, sampler_logp = self._rollouts(ctx, [self.pool_ids[p] for p in picks], seeds, policy)
         stops = set(self.chat.stop_ids)
         texts = [self.tokenizer.decode(r[:-1] if r and r[-1] in stops else r) for r in rollouts.responses]
         examples = [self.pool[p] for p in picks for _ in range(G)]
@@ -148,12 +161,43 @@ class RolloutCollector:
             rows = slice(i * G, (i + 1) * G)
             out.append({"ids": rollouts.ids[rows], "mask": rollouts.response_mask[rows],
                         "old_logp": rollouts.logprobs[rows], "stopped": rollouts.stopped[rows],
+                        **self._sampler_part(rollouts, sampler_logp, rows),
                         "reward": torch.tensor(scores.rewards[rows], dtype=torch.float64),
                         "correct": torch.tensor(correct[rows], dtype=torch.float64), "failures": 0,
                         "tokens": int(rollouts.response_mask[rows].sum())})
         if scores.failures:  # attribute the failures to the first slot: only their total is logged
             out[0]["failures"] = scores.failures
         return out
+
+    def _rollouts(self, ctx: StageContext[RLConfig], prompts: list[list[int]], seeds: list[int], policy: nn.Module
+                  ) -> tuple[Rollouts, torch.Tensor | None]:
+        """(rollouts whose `logprobs` are the trainer's, the server's log-probs or None when sampled in-process)."""
+        cfg = self.cfg
+        stops, pad = self.chat.stop_ids, self.tokenizer.eot_id
+        if self.server is None:
+            with autocast(ctx.device, ctx.dtype):  # the same precision as the loss's recompute
+                return sample_rollouts(policy, prompts, cfg.group_size, cfg.max_new_tokens, self.sampling, seeds,
+                                       stops, pad_id=pad), None
+        rollouts = self.server.sample(prompts, cfg.group_size, cfg.max_new_tokens, self.sampling, seeds, stops, pad,
+                                      policy.config.vocab_size)
+        sampler_logp = rollouts.logprobs
+        was_training = policy.training
+        policy.eval()
+        with torch.no_grad(), autocast(ctx.device, ctx.dtype):  # pi_old: the trainer's numbers for these tokens
+            old, _ = policy_logprobs(policy, rollouts.ids.to(ctx.device), cfg.temperature,
+                                     rollouts.response_mask.to(ctx.device))
+        policy.train(was_training)
+        rollouts.logprobs = old.float().cpu()
+        return rollouts, sampler_logp
+
+    @staticmethod
+    def _sampler_part(rollouts: Rollouts, sampler_logp: torch.Tensor | None, rows: slice) -> dict[str, Any]:
+        """A group's server log-probs and its largest gap to the trainer's (nothing when sampled in-process)."""
+        if sampler_logp is None:
+            return {}
+        mask = rollouts.response_mask[rows] > 0
+        gap = (rollouts.logprobs[rows] - sampler_logp[rows]).abs()[mask]
+        return {"sampler_logp": sampler_logp[rows], "gap_max": float(gap.max()) if gap.numel() else 0.0}
 
     def _assemble(self, ctx: StageContext[RLConfig], micro: list[dict[str, Any]], value_model: PolicyWithValue | None
                   ) -> dict[str, Any]:
@@ -172,6 +216,8 @@ class RolloutCollector:
             "reward": torch.cat([g["reward"] for g in micro]), "correct": torch.cat([g["correct"] for g in micro]),
             "stopped": torch.cat([g["stopped"] for g in micro]),
         }
+        if "sampler_logp" in micro[0]:
+            batch["sampler_logp"] = padded("sampler_logp", L - 1, 0.0)
         device = ctx.device
         batch = {k: v.to(device) for k, v in batch.items()}
         with torch.no_grad(), autocast(device, ctx.dtype):

@@ -18,6 +18,7 @@ from tinylm.stages.rl.algorithms import Algorithm, algorithms
 from tinylm.stages.rl.kl import KL_ESTIMATORS
 from tinylm.stages.rl.policy_losses import AGGREGATIONS
 from tinylm.stages.rl.rewards import REWARD_ERRORS
+from tinylm.stages.rl.rollout_server import SYNCS
 from tinylm.tasks.registry import is_task_spec, known_tasks
 
 TASK, ALGORITHM, ROLLOUTS = "task and reward", "algorithm", "rollouts"
@@ -64,6 +65,17 @@ class RLConfig(PostTrainConfig):
     temperature: float = TEMPERATURE(1.0, group=ROLLOUTS, note="RL samples: must be > 0")
     top_k: int | None = TOP_K(None, group=ROLLOUTS)
     top_p: float | None = TOP_P(None, group=ROLLOUTS)
+    rollout_url: str | None = Option("sample the rollouts on this OpenAI-compatible server (tinylm serve, vLLM, "
+                                     "SGLang) instead of in-process; its token, if any, in $TINYLM_ROLLOUT_TOKEN",
+                                     metavar="URL", group=ROLLOUTS)(None)
+    rollout_sync: str = Option("how the server gets each round's weights: reload (tinylm serve's POST "
+                               "/admin/reload of RUN/rollout-weights) or none (a server you sync yourself)",
+                               choices=SYNCS, group=ROLLOUTS)("reload")
+    rollout_timeout: float = Option("seconds one request to the rollout server may take", low=0, low_open=True,
+                                    metavar="SECONDS", group=ROLLOUTS)(300.0)
+    tis_cap: float = Option("truncated importance sampling: each token's loss is weighed by min(pi_old / "
+                            "pi_sampler, C), the server's log-probs against the trainer's (with --rollout-url)",
+                            low=0, low_open=True, metavar="C", group=ROLLOUTS)(2.0)
     # RL-sized defaults of the shared options
     batch_size: int = 8
     max_steps: int = 100

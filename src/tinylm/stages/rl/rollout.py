@@ -18,7 +18,9 @@ are slightly off-policy for pi_T, as in every sampler that truncates.
 Determinism. Each row draws its tokens by inverse-CDF sampling from its own uniforms, generated
 from the row's seed before decoding. A row's tokens therefore depend on its seed and the weights,
 not on which other prompts share the batch, on the batch size, or on how many processes split the
-work, so gradient accumulation and torchrun see the same rollouts as one big batch.
+work, so gradient accumulation and torchrun see the same rollouts as one big batch. `tinylm serve`
+draws a seeded request the same way (`inference/sampling.py`), which is what lets the rollouts come
+from a server (`rollout_server.py`).
 
 Decoding runs on the model's own KV-cache path (`inference/runners.py`, the same forward as
 training), with the current weights at every call.
@@ -34,7 +36,12 @@ import torch
 from torch import nn
 
 from tinylm.inference.runners import make_runner
-from tinylm.inference.sampling import SamplingParams, process_logits
+from tinylm.inference.sampling import (
+    SamplingParams,
+    inverse_cdf_sample,
+    process_logits,
+    sequence_uniforms,
+)
 
 
 @dataclass
@@ -57,18 +64,6 @@ class Rollouts:
 def row_seeds(prompt_seeds: Sequence[int], group_size: int) -> list[int]:
     """One seed per row from one seed per prompt: sample g of a prompt seeded by (prompt seed, g)."""
     return [(s * 1_000_003 + g) % 2**63 for s in prompt_seeds for g in range(group_size)]
-
-
-def _uniforms(seeds: Sequence[int], steps: int, device: torch.device) -> torch.Tensor:
-    rows = [torch.rand(steps, generator=torch.Generator().manual_seed(int(s)), dtype=torch.float64) for s in seeds]
-    return torch.stack(rows).to(device)
-
-
-def inverse_cdf_sample(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """Token ids [B]: the first index whose cumulative probability exceeds u * total (never a zero-prob token)."""
-    cdf = probs.double().cumsum(-1)
-    target = (uniform * cdf[:, -1]).unsqueeze(-1)
-    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -95,7 +90,7 @@ def sample_rollouts(model: nn.Module, prompts: Sequence[Sequence[int]], group_si
     if P + max_new_tokens > model.config.context_length:
         raise ValueError(f"prompt ({P} tokens) + max_new_tokens ({max_new_tokens}) exceed the context "
                          f"length {model.config.context_length}")
-    uniforms = _uniforms(row_seeds(seeds, group_size), max_new_tokens, device)
+    uniforms = sequence_uniforms(row_seeds(seeds, group_size), max_new_tokens, device)
     stops = torch.tensor(sorted(set(stop_ids)), dtype=torch.long, device=device)
     starts = torch.tensor([P - len(p) for p in rows], device=device)
     idx = torch.full((B, P), pad_id, dtype=torch.long, device=device)
@@ -124,11 +119,11 @@ def sample_rollouts(model: nn.Module, prompts: Sequence[Sequence[int]], group_si
         position = (P + step - starts)[:, None]
         logits = runner.extend(torch.where(alive, token, pad_id)[:, None], position)[:, -1]
     model.train(was_training)
-    return _layout(rows, tokens.cpu(), logprobs.cpu(), lengths.cpu(), stopped.cpu(), group_size, pad_id,
+    return layout(rows, tokens.cpu(), logprobs.cpu(), lengths.cpu(), stopped.cpu(), group_size, pad_id,
                    generated=int(lengths.sum()), seconds=time.perf_counter() - t0)
 
 
-def _layout(rows: list[list[int]], tokens: torch.Tensor, logprobs: torch.Tensor, lengths: torch.Tensor,
+def layout(rows: list[list[int]], tokens: torch.Tensor, logprobs: torch.Tensor, lengths: torch.Tensor,
             stopped: torch.Tensor, group_size: int, pad_id: int, generated: int, seconds: float) -> Rollouts:
     """Prompt + response rows, right-padded, with the mask and log-probs on the target positions."""
     N = len(rows)

@@ -41,6 +41,7 @@ from tinylm.stages.rl.policy_losses import units
 from tinylm.stages.rl.ppo import PolicyWithValue
 from tinylm.stages.rl.reference import load_reference
 from tinylm.stages.rl.rewards import load_reward
+from tinylm.stages.rl.rollout_server import RolloutServer
 from tinylm.stages.rl.status import status_line
 from tinylm.stages.rl.step_totals import StepTotals
 from tinylm.stages.rl.update import rollout_loss
@@ -69,8 +70,10 @@ class RLStage(FromBaseStage[RLConfig]):
         self.eval_problems = self.task.examples("test", cfg.eval_examples, cfg.seed)
         reward = load_reward(cfg.reward, self.task, ctx.device, timeout=cfg.reward_timeout, errors=cfg.reward_errors)
         reference = load_reference(cfg.reference, self.algo.beta > 0, self.base, self.mcfg.vocab_size, ctx.device)
+        server = None if cfg.rollout_url is None else RolloutServer(cfg.rollout_url, cfg.rollout_timeout,
+                                                                     cfg.rollout_sync)
         self.rollouts = RolloutCollector(cfg, self.algo, self.chat, self.tokenizer, self.task, self.pool, reward,
-                                         reference)
+                                         reference, server)
         self.steps_begun = 0  # optimizer steps whose batches were handed out
         self.micro = 0
         self.current: list[dict[str, Any]] = []  # this round's micro-batches (none before the first round)
@@ -91,7 +94,13 @@ class RLStage(FromBaseStage[RLConfig]):
                 f"algo: {a.name}: {a.summary}; aggregation {a.aggregation}, clip [{1 - a.clip_low:g}, "
                 f"{1 + a.clip_high:g}], beta {a.beta:g}",
                 f"rollouts: {prompts} prompts x G {cfg.group_size} per step, up to {cfg.max_new_tokens} new tokens, "
-                f"temperature {cfg.temperature:g}, {cfg.epochs} epoch(s) per batch"]
+                f"temperature {cfg.temperature:g}, {cfg.epochs} epoch(s) per batch", *self._server_lines()]
+
+    def _server_lines(self) -> list[str]:
+        server = self.rollouts.server
+        if server is None:
+            return []
+        return [f"{server.describe()}; each token weighed by min(pi_old / pi_sampler, {self.ctx.cfg.tis_cap:g}) (TIS)"]
 
     # ---- the model -----------------------------------------------------------------------------
     def build_model(self) -> nn.Module:

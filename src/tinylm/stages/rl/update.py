@@ -5,6 +5,10 @@ clipped, times the advantage; plus beta * KL to the reference (PPO has its KL in
 plus c_v * the clipped value loss (PPO). The per-token loss is aggregated as the algorithm says into
 a sum over its units (`policy_losses.aggregate`); the engine divides by the step's units.
 
+Rollouts from a server (`rollout_server.py`) carry the server's log-probs too; the surrogate of each
+token is then weighed by truncated importance sampling, w_t = min(pi_old(y_t) / pi_sampler(y_t), C)
+(`tis_weights`), which corrects for the sampler's numbers not being the trainer's.
+
 The logged metrics are sums the engine divides by the step's units W as well: token sums are scaled
 by W / T (T: the step's response tokens) to read as token means, and the round's constants (reward,
 accuracy...) by each micro-batch's share of W, so every row of metrics.jsonl is a mean over the step.
@@ -29,6 +33,12 @@ from tinylm.stages.rl.rollout import on_response, response_logprobs
 from tinylm.train.stage import Batch, StageLoss
 
 
+def tis_weights(old_logp: torch.Tensor, sampler_logp: torch.Tensor, cap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w = min(exp(old - sampler), cap), 1 where the cap bit): constants, no gradient flows through them."""
+    ratio = torch.exp(old_logp - sampler_logp).detach()
+    return ratio.clamp(max=cap), (ratio > cap).to(old_logp.dtype)
+
+
 def rollout_loss(model: nn.Module, batch: Batch, algo: Algorithm, cfg: RLConfig, world_size: int) -> StageLoss:
     """The summed loss of `batch` (a micro-batch from the rollout collector) and its summed metrics."""
     mask, ids = batch["mask"], batch["ids"]
@@ -46,6 +56,11 @@ def rollout_loss(model: nn.Module, batch: Batch, algo: Algorithm, cfg: RLConfig,
     m = mask.float()
     token_metrics: dict[str, torch.Tensor] = {"clip_frac": (clipped * m).sum(),
                                               "ratio": (torch.exp(logp - old) * m).sum().detach()}
+    if "sampler_logp" in batch:
+        weights, capped = tis_weights(old, batch["sampler_logp"] * (mask > 0), cfg.tis_cap)
+        per_token = per_token * weights
+        token_metrics.update({"tis_weight": (weights * m).sum(), "tis_capped_frac": (capped * m).sum(),
+                              "sampler_gap": ((old - batch["sampler_logp"]).abs() * m).sum()})
     with torch.no_grad():
         token_metrics["entropy"] = token_entropy(logits.detach() / cfg.temperature).sum()  # response tokens
     if "ref_logp" in batch:
