@@ -8,7 +8,10 @@ clients, from request to chunk), and the 16-vs-1 throughput ratio. Nothing leave
 `scheduler_only` steps the same scheduler in-process without HTTP: the batching gain by itself,
 without the per-token cost of events, JSON chunks and sockets. `in_process_decode_tokens_per_s` is
 `tinylm generate`'s engine on one prompt, the same model and tokens: one stream through the server
-is reported as a fraction of it (`one_stream_vs_in_process`).
+is reported as a fraction of it (`one_stream_vs_in_process`), and, steadier on a shared machine, as
+the median ratio of alternating rounds (`one_stream_vs_in_process_alternating`). This process sets the numerics the
+`tinylm` command sets (`MKL_CBWR=AUTO,STRICT`, before torch loads), so the in-process figures and the
+server decode under the same MKL mode; measured without it, the in-process engine was ~25% faster here.
 
     python benchmarks/bench_serve.py [--threads 2] [--requests-per-client 2] [--max-tokens 64]
 """
@@ -32,6 +35,7 @@ from pathlib import Path
 import httpx
 import torch
 
+import tinylm.runtime.start_env  # noqa: F401, I001 (first: the MKL_CBWR the tinylm command, so the server, runs with)
 from tinylm.checkpoint import load_model, save_checkpoint
 from tinylm.data.pystdlib import stdlib_files
 from tinylm.inference.sampling import GREEDY
@@ -146,6 +150,40 @@ async def load(url: str, clients: int, requests: int, max_tokens: int, prompt_le
             "tpot_p50_ms": round(1000 * percentile(tpot, 50), 2), "tpot_p99_ms": round(1000 * percentile(tpot, 99), 2)}
 
 
+def alternating(url: str, checkpoint: Path, max_tokens: int, prompt_len: int, rounds: int = 7) -> dict:
+    """One stream through the server against the in-process engine, in alternating rounds of the same 8 prompts.
+
+    Single runs on a shared machine move by a third; a pair of rounds side by side sees the same moment,
+    so the median of the per-pair ratios is what the server costs one stream. Each rate is tokens over
+    the round's wall time (time to first token included, as a client sees it).
+    """
+    from tinylm.inference.engine import Engine
+
+    model, _, _ = load_model(checkpoint)
+    engine = Engine(model.eval())
+    prompts = random_prompts(8, prompt_len, 7)
+    engine.generate(prompts[:1], max_tokens, GREEDY)
+
+    async def served() -> float:
+        async with httpx.AsyncClient(timeout=300) as client:
+            await one_stream(client, url, prompts[0], 4)
+            start = time.perf_counter()
+            tokens = sum([(await one_stream(client, url, p, max_tokens))["tokens"] for p in prompts])
+            return tokens / (time.perf_counter() - start)
+
+    def local() -> float:
+        start = time.perf_counter()
+        tokens = sum(len(engine.generate([p], max_tokens, GREEDY)[0]) for p in prompts)
+        return tokens / (time.perf_counter() - start)
+
+    pairs = [(asyncio.run(served()), local()) for _ in range(rounds)]
+    ratios = sorted(a / b for a, b in pairs)
+    return {"rounds": rounds, "server_tokens_per_s": [round(a, 1) for a, _ in pairs],
+            "in_process_tokens_per_s": [round(b, 1) for _, b in pairs],
+            "ratio_median": round(statistics.median(ratios), 3), "ratio_min": round(ratios[0], 3),
+            "ratio_max": round(ratios[-1], 3)}
+
+
 def percentile(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return float("nan")
@@ -169,6 +207,8 @@ def main() -> None:
             url = f"http://127.0.0.1:{port}"
             levels = [asyncio.run(load(url, c, max(8, c * args.requests_per_client), args.max_tokens,
                                        args.prompt_tokens)) for c in (1, 4, 16)]
+            torch.set_num_threads(args.threads)
+            paired = alternating(url, checkpoint, args.max_tokens, args.prompt_tokens)
         finally:
             server.terminate()
             server.wait(60)
@@ -183,6 +223,7 @@ def main() -> None:
         "levels": levels, "throughput_16_vs_1": round(sixteen / single, 2),
         "scheduler_only": {"output_tokens_per_s": alone, "throughput_16_vs_1": round(alone[16] / alone[1], 2)},
         "in_process_decode_tokens_per_s": engine, "one_stream_vs_in_process": round(single / engine, 3),
+        "one_stream_vs_in_process_alternating": paired,
     }, indent=2))
 
 

@@ -224,10 +224,13 @@ class FastDecoder:
         positions: torch.Tensor | None = None,
         valid: torch.Tensor | None = None,
         last_only: bool = True,
+        first_key: int | None = None,
     ) -> torch.Tensor:
         """Append tokens idx [B, T] to the cache; logits [B, 1 or T, vocab] of the last or all of them.
 
         B may be fewer than the cache's rows: the first B rows are used (the server's batch grows and shrinks).
+        `first_key`: every row's tokens begin at this column (rows that joined together), so one new token
+        attends over [first_key, end) without a mask, at position column - first_key.
         """
         B, T = idx.shape
         keys, values, valid_rows = self.keys, self.values, self.valid
@@ -237,23 +240,24 @@ class FastDecoder:
         if end > self.capacity:
             raise ValueError(f"KV cache full: {start} + {T} tokens > capacity {self.capacity}")
         default_positions = positions is None
+        offset = first_key or 0
         if positions is None:
-            positions = self.slots[start:end]
+            positions = self.slots[start - offset : end - offset]
         if valid is not None:
             valid_rows[:, start:end] = valid
             self.padded = True
         elif self.padded:
             valid_rows[:, start:end] = True
         lo = 0
-        if T == 1 and not self.padded:  # one query sees every cached key (or the last `window` of them)
-            mask, is_causal = None, False
+        if T == 1 and (first_key is not None or not self.padded):  # one query sees every key from lo on
+            mask, is_causal, lo = None, False, offset
             if self.window is not None:
-                lo = max(0, end - self.window)
+                lo = max(lo, end - self.window)
         else:
             key_valid = valid_rows[:, :end] if self.padded else None
             mask, is_causal = attention_mask(T, start, self.window, key_valid, self.device)
         if T == 1 and self.rotation is not None:  # [1 or B, 1, D, D]: a view for the default positions
-            rotation = self.rotation[start:end] if default_positions else self.rotation[positions]
+            rotation = self.rotation[start - offset : end - offset] if default_positions else self.rotation[positions]
         else:
             cos, sin = self.model.rope(positions, self.dtype, upto=end)
         H, K, D = self.n_head, self.n_kv_head, self.head_dim

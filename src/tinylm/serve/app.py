@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 
 from tinylm.serve.error_handlers import install_error_handlers
@@ -53,12 +53,18 @@ def create_app(served: ServedModel, api_key: str | None = None, admin_token: str
     guard = [Depends(_bearer_check(api_key))]
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
+    async def health() -> Any:
+        if served.scheduler.dead is not None:  # the engine process exited: nothing can be generated any more
+            return JSONResponse({"status": "error", "reason": served.scheduler.dead}, status_code=503)
         return {"status": "ok"}
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(served.scheduler.metrics.render(), media_type="text/plain; version=0.0.4")
+        try:  # the engine process renders its own (a round trip on the pipe)
+            text = await asyncio.to_thread(served.scheduler.metrics.render)
+        except RuntimeError as exc:
+            raise APIError(503, str(exc), code="engine_exited", type="server_error") from None
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models", dependencies=guard)
     async def models() -> dict[str, Any]:

@@ -27,6 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -34,6 +35,7 @@ from torch import nn
 from tinylm.inference.sampling import SamplingParams, inverse_cdf_sample, process_logits, sequence_uniforms
 from tinylm.serve.events import Event, Failed, Finished, PromptLogprobs, Token
 from tinylm.serve.metrics import ServerMetrics
+from tinylm.serve.reload import reload_weights
 from tinylm.serve.slots import Prefill, make_batch
 
 
@@ -88,6 +90,9 @@ class Scheduler:
         self.wake = threading.Condition()
         self.stopping = False
         self.swap: _Swap | None = None
+        self.dead: str | None = None  # a thread does not die apart from its server (EngineClient's process may)
+        self.cancels = 0  # cancels not yet acted on: a step looks for cancelled jobs only when there are some
+        self.after_step: Callable[[], None] | None = None  # the engine process sends each step's events here
         self.thread = threading.Thread(target=self._loop, name="tinylm-scheduler", daemon=True)
 
     # ---- the handlers' side ---------------------------------------------------------------------------
@@ -112,6 +117,7 @@ class Scheduler:
         with self.wake:
             if job.cancel_reason is None:
                 job.cancel_reason = reason
+                self.cancels += 1
             self.wake.notify()
 
     def swap_model(self, model: nn.Module, timeout: float | None = None) -> bool:
@@ -122,6 +128,10 @@ class Scheduler:
             swap = self.swap = _Swap(model.eval())
             self.wake.notify()
         return swap.done.wait(timeout)
+
+    def reload(self, checkpoint: str, int8: bool, timeout: float) -> dict[str, Any]:
+        """Serve `checkpoint`'s weights from the next request on (reload.py; ReloadRefused says why not)."""
+        return reload_weights(self, checkpoint, int8, timeout)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Finish what is running (new requests are refused), then end the thread."""
@@ -147,6 +157,8 @@ class Scheduler:
                     self.step()
                 except Exception as exc:  # noqa: BLE001 - one bad step must not take the server down
                     self._fail_everyone(f"{type(exc).__name__}: {exc}")
+                if self.after_step is not None:
+                    self.after_step()
 
     def _swap_when_idle(self) -> None:
         """Put a waiting model in once nothing runs (the batch's fused weights are rebuilt from it)."""
@@ -282,7 +294,10 @@ class Scheduler:
         job.on_event(Finished(reason))
 
     def _drop_cancelled(self) -> None:
+        if not self.cancels:
+            return
         with self.wake:
+            self.cancels = 0
             for job in [j for j in self.waiting if j.cancel_reason]:
                 self.waiting.remove(job)
                 self._finish(job, job.cancel_reason)

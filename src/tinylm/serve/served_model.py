@@ -14,8 +14,8 @@ from typing import Any
 from torch import nn
 
 from tinylm.errors import TinyLMError
-from tinylm.inference.loading import load_for_generation
 from tinylm.serve.protocol import APIError
+from tinylm.serve.reload import ReloadRefused
 from tinylm.serve.scheduler import Scheduler
 from tinylm.tokenizer.chat_format import ChatFormat
 
@@ -36,13 +36,16 @@ class ServedModel:
     @classmethod
     def build(cls, name: str, model: nn.Module, tokenizer: Any, max_slots: int = 16,
               prefill_budget: int = 64, meta: Mapping[str, Any] | None = None, logprobs_mode: str = "raw",
-              int8: bool = False) -> ServedModel:
-        """`meta` is the checkpoint's config.json: a chat template there makes it a chat model."""
+              int8: bool = False, engine: Any = None) -> ServedModel:
+        """`meta` is the checkpoint's config.json: a chat template there makes it a chat model. `engine`: an
+        `EngineClient` whose process owns the model (then `model` only says its config), instead of a
+        scheduler thread in this process."""
         try:
             chat_format, problem = ChatFormat.from_tokenizer(tokenizer), None
         except TinyLMError as exc:
             chat_format, problem = None, str(exc)
-        scheduler = Scheduler(model, max_slots=max_slots, prefill_budget=prefill_budget, logprobs_mode=logprobs_mode)
+        scheduler = engine or Scheduler(model, max_slots=max_slots, prefill_budget=prefill_budget,
+                                        logprobs_mode=logprobs_mode)
         chat_model = chat_format is not None and bool((meta or {}).get("chat_template"))
         path = (meta or {}).get("path")
         return cls(name, model, tokenizer, scheduler, chat_format, problem, chat_model, int8,
@@ -55,22 +58,12 @@ class ServedModel:
         running requests did not finish within `timeout`.
         """
         with self.reload_lock:  # one reload at a time: each waits for the previous one's swap
-            dtype = next(self.model.parameters()).dtype
             try:
-                model, _, meta = load_for_generation(checkpoint, int8=self.int8, device=str(self.scheduler.device),
-                                                     dtype=dtype)
-            except TinyLMError as exc:
-                raise APIError(400, str(exc), "checkpoint") from None
-            if model.config != self.model.config:
-                raise APIError(409, f"{meta['path']} holds another model ({_config_difference(model, self.model)}); "
-                               "a server reloads weights of the model it serves only", "checkpoint",
-                               "model_mismatch")
-            swapped = self.scheduler.swap_model(model, timeout)
-            self.model, self.checkpoint = model, str(meta["path"])  # the same config: the routes' checks hold
-            if not swapped:
-                raise APIError(503, f"the running requests did not finish within {timeout:g} s; the new weights "
-                               "will be served once they have", code="reload_pending")
-            return {"checkpoint": self.checkpoint, "dtype": str(dtype).removeprefix("torch.")}
+                served = self.scheduler.reload(checkpoint, self.int8, timeout)
+            except ReloadRefused as exc:
+                raise APIError(exc.status, exc.message, exc.param, exc.code) from None
+            self.model, self.checkpoint = self.scheduler.model, served["checkpoint"]
+            return served
 
     @property
     def completion_stop_ids(self) -> frozenset[int]:
@@ -91,10 +84,4 @@ class ServedModel:
     @property
     def vocab_size(self) -> int:
         return self.model.config.vocab_size
-
-
-def _config_difference(new: nn.Module, served: nn.Module) -> str:
-    a, b = new.config.to_dict(), served.config.to_dict()
-    key = next(k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
-    return f"{key} {a.get(key)!r}, the served model's {b.get(key)!r}"
 

@@ -33,7 +33,15 @@ class RightAlignedRows:
         self.rows = 0
         self.length = 0
         self.start = torch.zeros(self.max_rows, dtype=torch.long, device=valid.device)
+        self.starts: list[int] = []  # the same, on the Python side: read every step without a device sync
         self.columns = torch.arange(capacity, device=valid.device)
+
+    def shared_start(self) -> int | None:
+        """The column every row begins at, when they all begin at one (they joined together), else None."""
+        starts = self.starts
+        if not starts or min(starts) != max(starts):
+            return None
+        return starts[0]
 
     def positions(self) -> torch.Tensor:
         """[rows, 1]: each row's position for the token written at column `length`."""
@@ -61,6 +69,7 @@ class RightAlignedRows:
         for buffer, source in zip(self.buffers, sources, strict=True):
             buffer[row, lo : self.length] = source[0, :n_tokens]
         self.start[row] = lo
+        self.starts.append(lo)
         self.valid[row, : self.length] = self.columns[: self.length] >= lo
         self.rows += 1
         return row
@@ -73,6 +82,8 @@ class RightAlignedRows:
                 buffer[row, : self.length] = buffer[last, : self.length]
             self.valid[row, : self.length] = self.valid[last, : self.length]
             self.start[row] = self.start[last]
+            self.starts[row] = self.starts[last]
+        self.starts.pop()
         self.rows = last
 
     def _shift(self, by: int) -> None:
@@ -83,6 +94,7 @@ class RightAlignedRows:
         for buffer in self.buffers:
             buffer[:n, dst] = buffer[:n, src].clone()
         self.start[:n] += by
+        self.starts = [s + by for s in self.starts]
         self.length = end + by
         self.valid[:n, : self.length] = self.columns[None, : self.length] >= self.start[:n, None]
 

@@ -176,7 +176,11 @@ class FastBatch:
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
         self.slots.make_room(1)
         self.decoder.length = self.slots.length  # the decoder writes at the rows' shared end column
-        logits = self.decoder.extend(tokens[:, None], self.slots.positions())[:, -1].float()
+        first = self.slots.shared_start()  # rows that joined together need no padding mask
+        if first is not None:
+            logits = self.decoder.extend(tokens[:, None], first_key=first)[:, -1].float()
+        else:
+            logits = self.decoder.extend(tokens[:, None], self.slots.positions())[:, -1].float()
         self.slots.length = self.decoder.length
         return logits
 

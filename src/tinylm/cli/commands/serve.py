@@ -32,6 +32,7 @@ from tinylm.errors import TinyLMError
 from tinylm.inference.loading import load_for_generation
 from tinylm.options import CHECKPOINT, DTYPE, INT8, THREADS
 from tinylm.serve.app import create_app
+from tinylm.serve.engine_process import EngineClient, EngineOptions
 from tinylm.serve.scheduler import LOGPROBS_MODES
 from tinylm.serve.served_model import ServedModel
 
@@ -62,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--logprobs-mode", choices=LOGPROBS_MODES, default="raw",
                         help="log-probs of the model's distribution (raw), or of the one each token was drawn from, "
                              "after temperature, top-k/top-p/min-p (processed) (default %(default)s)")
+    parser.add_argument("--engine", choices=("process", "thread"), default="process",
+                        help="where the model runs: a process of its own, so decoding never waits for HTTP's "
+                             "Python, or a thread of the server's process (default %(default)s)")
     add_option(parser, "int8", INT8, False)
     add_option(parser, "threads", THREADS, kind="int")
 
@@ -91,14 +95,24 @@ def run(args: argparse.Namespace) -> int:
     use_threads(args.threads)
     model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8, dtype=DECODE_DTYPES[args.dtype])
     name = args.model_name or Path(args.checkpoint).resolve().name
-    served = ServedModel.build(name, model, tokenizer, max_slots=args.max_slots, prefill_budget=args.prefill_chunk,
-                               meta=meta, logprobs_mode=args.logprobs_mode, int8=args.int8)
-    sock = bind(args.host, args.port)
+    engine = None
+    if args.engine == "process":  # the engine process loads it again, in the dtype chosen here
+        options = EngineOptions(str(meta["path"]), args.int8, meta["decode_dtype"], args.max_slots,
+                                args.prefill_chunk, args.logprobs_mode, args.threads)
+        engine, model = EngineClient(options, model.config), None
+        sock = bind(args.host, args.port)  # a busy port is refused before the engine loads anything
+        engine.start()
+    else:
+        sock = bind(args.host, args.port)
+    served = ServedModel.build(name, model or engine.model, tokenizer, max_slots=args.max_slots,
+                               prefill_budget=args.prefill_chunk, meta=meta, logprobs_mode=args.logprobs_mode,
+                               int8=args.int8, engine=engine)
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(create_app(served, args.api_key, args.admin_token), log_level="warning",
                             timeout_graceful_shutdown=args.drain_timeout)
     print(f"tinylm: serving {name} ({meta['path']}) at http://{host}:{port}/v1, chat page at http://{host}:{port}/; "
-          f"{meta['decode_precision']}, {args.logprobs_mode} log-probs", file=sys.stderr, flush=True)
+          f"{meta['decode_precision']}, {args.logprobs_mode} log-probs, the model in a {args.engine} of its own",
+          file=sys.stderr, flush=True)
     with _quiet_after_shutdown():
         uvicorn.Server(config).run(sockets=[sock])
     print("tinylm: server stopped", file=sys.stderr)

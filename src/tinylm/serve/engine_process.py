@@ -1,0 +1,312 @@
+"""The scheduler in a process of its own, so decoding never waits for the HTTP side's Python.
+
+In one process the scheduler thread and the asyncio loop share one interpreter lock. Every token's
+event, text, JSON chunk and socket write then takes its turn with the decode step, and a small model
+decodes at about half its in-process speed through the server. vLLM splits the same way (its engine
+core runs in a process of its own). Here the child process owns the model and runs the `Scheduler`;
+the server process keeps HTTP, text and JSON. They talk over one pipe:
+
+    server -> engine   ("submit", id, job fields) · ("cancel", id, reason) · ("call", n, name, args)
+    engine -> server   ("events", [(id, event), ...])   one message per scheduler step
+                       ("reply", n, ok, value)          the answer to a call (reload, metrics, stop)
+
+`EngineClient` has the scheduler's interface (`submit`, `cancel`, `reload`, `start`, `stop`,
+`metrics`), so the routes and `Generation` do not ask which one they drive. An engine process that
+dies fails every running request with one line, and the server answers 503 from then on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import multiprocessing
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from tinylm.errors import TinyLMError
+from tinylm.inference.loading import load_for_generation
+from tinylm.serve.events import Failed, Finished
+from tinylm.serve.reload import ReloadRefused
+from tinylm.serve.scheduler import Job, Scheduler
+
+START_TIMEOUT_S = 600.0  # loading a large checkpoint and measuring its decode precision take a while
+FLUSH_S = 0.002  # a step's events wait at most this long for the next step's: fewer wake-ups of the server
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How the engine process loads and runs the model (what `tinylm serve` was told)."""
+
+    checkpoint: str
+    int8: bool = False
+    dtype: torch.dtype | None = None
+    max_slots: int = 16
+    prefill_budget: int = 64
+    logprobs_mode: str = "raw"
+    threads: int | None = None
+
+
+class _Remote:
+    """The metrics object of the engine process, as the /metrics route uses it."""
+
+    def __init__(self, client: EngineClient) -> None:
+        self.client = client
+
+    def render(self) -> str:
+        return self.client.call("metrics")
+
+
+class EngineClient:
+    """The server process's side: the scheduler's interface over the pipe."""
+
+    def __init__(self, options: EngineOptions, config: Any) -> None:
+        self.options = options
+        self.model = SimpleNamespace(config=config)  # the routes read the window and vocabulary from it
+        self.window = config.context_length
+        self.jobs: dict[int, Job] = {}
+        self.ids = itertools.count()
+        self.send_lock = threading.Lock()
+        self.replies: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self.dead: str | None = None  # why the engine process is gone
+        self.metrics = _Remote(self)
+        self.conn: Connection | None = None
+        self.process: multiprocessing.process.BaseProcess | None = None
+        self.thread = threading.Thread(target=self._read, name="tinylm-engine-reader", daemon=True)
+
+    # ---- starting and stopping ----------------------------------------------------------------------
+    def start(self) -> EngineClient:
+        """Start the engine process and wait until its model is loaded (TinyLMError if it cannot be)."""
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no copy of this one's threads
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=engine_main, args=(child, self.options), name="tinylm-engine",
+                                       daemon=True)
+        self.process.start()
+        child.close()
+        if not self.conn.poll(START_TIMEOUT_S):
+            self.process.kill()
+            raise TinyLMError(f"the engine process did not load {self.options.checkpoint} within "
+                              f"{START_TIMEOUT_S:g} s")
+        kind, value = self.conn.recv()
+        if kind != "ready":
+            self.process.join(10)
+            raise TinyLMError(value)
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Let the running requests finish (new ones are refused), then end the engine process."""
+        if self.process is None or self.dead is not None:
+            return
+        with contextlib.suppress(RuntimeError):  # it is gone already
+            self.call("stop", timeout, wait=timeout + 10)
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+
+    # ---- requests -------------------------------------------------------------------------------------
+    def submit(self, job: Job) -> Job:
+        if not 1 <= len(job.prompt) <= self.window:
+            raise ValueError(f"a prompt has 1 to {self.window} tokens, got {len(job.prompt)}")
+        if self.dead is not None:
+            raise RuntimeError(self.dead)
+        job.max_tokens = min(job.max_tokens, self.window - len(job.prompt))
+        number = next(self.ids)
+        job.engine_id = number  # type: ignore[attr-defined]
+        self.jobs[number] = job
+        self._send(("submit", number, job.prompt, job.max_tokens, job.sampling, job.seed, job.stop_ids,
+                    job.logprobs, job.prompt_logprobs))
+        return job
+
+    def cancel(self, job: Job, reason: str = "cancelled") -> None:
+        number = getattr(job, "engine_id", None)
+        if number in self.jobs and self.dead is None:
+            self._send(("cancel", number, reason))
+
+    def reload(self, checkpoint: str, int8: bool, timeout: float) -> dict[str, Any]:
+        return self.call("reload", checkpoint, timeout, wait=None)
+
+    def call(self, name: str, *args: Any, wait: float | None = 60.0) -> Any:
+        """Run `name` in the engine process and return its value (its ReloadRefused or RuntimeError raised here)."""
+        if self.dead is not None:
+            raise RuntimeError(self.dead)
+        number = next(self.ids)
+        done, box = threading.Event(), []
+        self.replies[number] = (done, box)
+        self._send(("call", number, name, args))
+        if not done.wait(wait):
+            raise RuntimeError(f"the engine process did not answer {name!r} within {wait:g} s")
+        ok, value = box[0]
+        if ok:
+            return value
+        raise value
+
+    def _send(self, message: tuple) -> None:
+        with self.send_lock:
+            try:
+                self.conn.send(message)
+            except (OSError, ValueError) as exc:
+                raise RuntimeError(f"the engine process is gone ({exc})") from None
+
+    # ---- what comes back ------------------------------------------------------------------------------
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                self._died()
+                return
+            except Exception as exc:  # noqa: BLE001 - a message that cannot be read must not end the reading
+                print(f"tinylm: unreadable message from the engine process: {type(exc).__name__}: {exc}",
+                      file=sys.stderr)
+                continue
+            if message[0] == "events":
+                for number, event in message[1]:
+                    job = self.jobs.get(number)
+                    if job is None:
+                        continue
+                    if isinstance(event, Finished | Failed):
+                        del self.jobs[number]
+                    job.on_event(event)
+            elif message[0] == "reply":
+                _, number, ok, value = message
+                done, box = self.replies.pop(number)
+                box.append((ok, value))
+                done.set()
+
+    def _died(self) -> None:
+        code = None
+        if self.process is not None:
+            self.process.join(5)  # the pipe closes as the process ends: wait for its exit code
+            code = self.process.exitcode
+        self.dead = f"the engine process has exited (exit code {code})"
+        for job in list(self.jobs.values()):
+            job.on_event(Failed(self.dead))
+        self.jobs.clear()
+        for done, box in list(self.replies.values()):
+            box.append((False, RuntimeError(self.dead)))
+            done.set()
+        self.replies.clear()
+
+
+# ---- the engine process -------------------------------------------------------------------------------
+def engine_main(conn: Connection, options: EngineOptions) -> None:
+    """Load the model, run the scheduler, and serve the pipe until told to stop or the server goes away."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server drains us
+    if options.threads is not None:
+        torch.set_num_threads(options.threads)
+    try:
+        model, _, _ = load_for_generation(options.checkpoint, int8=options.int8, dtype=options.dtype)
+    except TinyLMError as exc:
+        conn.send(("failed", str(exc)))
+        return
+    scheduler = Scheduler(model, max_slots=options.max_slots, prefill_budget=options.prefill_budget,
+                          logprobs_mode=options.logprobs_mode)
+    outbox = _Outbox(conn)
+    scheduler.after_step = lambda: outbox.flush_now_and_then(scheduler)
+    scheduler.start()
+    conn.send(("ready", None))
+    _serve_pipe(conn, scheduler, outbox, options)
+
+
+def _serve_pipe(conn: Connection, scheduler: Scheduler, outbox: _Outbox, options: EngineOptions) -> None:
+    jobs: dict[int, Job] = {}
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):  # the server is gone: nobody is left to answer
+            scheduler.stop(0)
+            return
+        kind = message[0]
+        if kind == "submit":
+            _, number, prompt, max_tokens, sampling, seed, stop_ids, logprobs, prompt_logprobs = message
+            job = Job(prompt, max_tokens, sampling, outbox.collector(number, jobs), seed=seed, stop_ids=stop_ids,
+                      logprobs=logprobs, prompt_logprobs=prompt_logprobs)
+            jobs[number] = job
+            try:
+                scheduler.submit(job)
+            except (ValueError, RuntimeError) as exc:
+                outbox.post(number, Failed(str(exc)))
+                outbox.flush()
+        elif kind == "cancel":
+            job = jobs.get(message[1])
+            if job is not None:
+                scheduler.cancel(job, message[2])
+        elif kind == "call":
+            _, number, name, args = message
+            if name == "stop":
+                scheduler.stop(*args)
+                outbox.flush()
+                outbox.reply(number, True, None)
+                return
+            # a reload waits for the running requests: answer it from a thread, keep reading the pipe
+            threading.Thread(target=_answer, args=(outbox, number, scheduler, name, args, options),
+                             daemon=True).start()
+
+
+def _answer(outbox: _Outbox, number: int, scheduler: Scheduler, name: str, args: tuple,
+            options: EngineOptions) -> None:
+    try:
+        if name == "reload":
+            checkpoint, timeout = args
+            value = scheduler.reload(checkpoint, options.int8, timeout)
+        elif name == "metrics":
+            value = scheduler.metrics.render()
+        else:
+            raise RuntimeError(f"the engine process has no call {name!r}")
+        outbox.reply(number, True, value)
+    except ReloadRefused as exc:
+        outbox.reply(number, False, exc)
+    except Exception as exc:  # noqa: BLE001 - the server must hear of it, not wait forever
+        print(f"tinylm engine: {name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        outbox.reply(number, False, RuntimeError(f"{type(exc).__name__}: {exc}"))
+
+
+class _Outbox:
+    """Events collected during a scheduler step, sent as one message when it ends."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn, self.lock, self.send_lock = conn, threading.Lock(), threading.Lock()
+        self.pending: list[tuple[int, object]] = []
+        self.sent_at = 0.0
+
+    def collector(self, number: int, jobs: dict[int, Job]):
+        """The on_event of job `number`: its events wait for the step's end; its ending forgets the job."""
+        def on_event(event: object) -> None:
+            self.post(number, event)
+            if isinstance(event, Finished | Failed):
+                jobs.pop(number, None)
+
+        return on_event
+
+    def post(self, number: int, event: object) -> None:
+        with self.lock:
+            self.pending.append((number, event))
+
+    def flush(self) -> None:
+        with self.lock:
+            events, self.pending = self.pending, []
+        if events:
+            self._send(("events", events))
+
+    def flush_now_and_then(self, scheduler: Scheduler) -> None:
+        """After a step: send what it produced once FLUSH_S have passed since the last send, or at once when
+        nothing runs any more (a request's last events never wait for a step that will not come)."""
+        now = time.perf_counter()
+        if now - self.sent_at >= FLUSH_S or not (scheduler.running or scheduler.prefilling):
+            self.sent_at = now
+            self.flush()
+
+    def reply(self, number: int, ok: bool, value: Any) -> None:
+        self._send(("reply", number, ok, value))
+
+    def _send(self, message: tuple) -> None:
+        with self.send_lock, contextlib.suppress(OSError, ValueError):  # the server is gone: the pipe loop ends
+            self.conn.send(message)

@@ -1,0 +1,109 @@
+"""`tinylm serve` with the model in a process of its own (the default): it serves what the in-process engine
+decodes, its metrics and reloads cross the pipe, SIGTERM ends both processes, and an engine process that
+dies fails its running request and every later one with one line (503), while HTTP keeps answering."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from serve_support import free_port, make_checkpoint
+from tinylm.checkpoint import load_model
+from tinylm.inference.engine import Engine
+from tinylm.inference.sampling import GREEDY
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+PROMPT = [5, 17, 33, 2, 9]
+
+
+def engine_child(server: subprocess.Popen) -> int:
+    """The pid of the server's engine process (not multiprocessing's resource tracker)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = stat.read_text().rsplit(")", 1)[1].split()[1]
+            command = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if parent == str(server.pid) and b"spawn_main" in command and b"resource_tracker" not in command:
+            return int(stat.parent.name)
+    raise AssertionError("the server has no engine process")
+
+
+def alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return False
+
+
+@pytest.fixture()
+def started(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen, Path]]:
+    run_dir = make_checkpoint(tmp_path, context_length=512)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "tinylm", "serve", "--checkpoint", str(run_dir), "--port",
+                               str(port), "--threads", "1", "--dtype", "fp32"], stderr=subprocess.PIPE, text=True)
+    banner = server.stderr.readline()
+    assert "the model in a process of its own" in banner, banner
+    try:
+        yield f"http://127.0.0.1:{port}", server, run_dir
+    finally:
+        server.kill()
+        server.wait(30)
+
+
+def greedy(url: str, n: int = 12) -> list[int]:
+    reply = httpx.post(url + "/v1/completions", json={"model": "micro-modern", "prompt": PROMPT, "max_tokens": n,
+                                                      "temperature": 0, "logprobs": 0, "ignore_eos": True,
+                                                      "return_tokens_as_token_ids": True}, timeout=60)
+    assert reply.status_code == 200, reply.text
+    return [int(t.removeprefix("token_id:")) for t in reply.json()["choices"][0]["logprobs"]["tokens"]]
+
+
+def test_the_engine_process_serves_the_engines_tokens_reloads_and_stops_with_the_server(started, tmp_path) -> None:
+    url, server, run_dir = started
+    model = load_model(run_dir)[0]
+    assert greedy(url) == Engine(model).generate([PROMPT], 12, GREEDY)[0]
+    metrics = httpx.get(url + "/metrics").text  # rendered by the engine process
+    assert "\ntinylm_generation_tokens_total 12\n" in metrics
+    other = make_checkpoint(tmp_path / "other", context_length=512, seed=1)
+    reply = httpx.post(url + "/admin/reload", json={"checkpoint": str(other)}, timeout=60)
+    assert reply.status_code == 200 and reply.json()["dtype"] == "float32"
+    assert greedy(url) == Engine(load_model(other)[0]).generate([PROMPT], 12, GREEDY)[0]
+    shorter = make_checkpoint(tmp_path / "shorter", context_length=64)
+    refused = httpx.post(url + "/admin/reload", json={"checkpoint": str(shorter)}, timeout=60)
+    assert refused.status_code == 409 and "context_length 64, the served model's 512" in refused.text
+    child = engine_child(server)
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(60) == 0
+    deadline = time.monotonic() + 10
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child)
+
+
+def test_an_engine_process_that_dies_fails_its_stream_and_later_requests_in_one_line(started) -> None:
+    url, server, _ = started
+    body = {"model": "micro-modern", "prompt": PROMPT, "max_tokens": 500, "n": 16, "temperature": 1.0,
+            "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as stream:
+        lines = stream.iter_lines()
+        assert next(lines).startswith("data: {")  # generating
+        engine_child(server)  # (found while it runs)
+        subprocess.run(["kill", "-9", str(engine_child(server))], check=True)
+        rest = [line for line in lines if line.startswith("data: ")]
+    errors = [json.loads(line[6:])["error"] for line in rest if '"error"' in line]
+    assert rest[-1] == "data: [DONE]" and len(errors) == 1
+    assert errors[0]["message"] == "generation failed: the engine process has exited (exit code -9)"
+    later = httpx.post(url + "/v1/completions", json={"model": "micro-modern", "prompt": PROMPT}, timeout=60)
+    assert later.status_code == 503 and "the engine process has exited" in later.json()["error"]["message"]
+    health = httpx.get(url + "/health")
+    assert health.status_code == 503 and health.json()["status"] == "error"
+    assert httpx.get(url + "/v1/models").status_code == 200  # the HTTP side still answers
