@@ -118,17 +118,15 @@ class EngineClient:
         if self.dead is not None:
             raise RuntimeError(self.dead)
         job.max_tokens = min(job.max_tokens, self.window - len(job.prompt))
-        number = next(self.ids)
-        job.engine_id = number  # type: ignore[attr-defined]
+        number = job.engine_id = next(self.ids)
         self.jobs[number] = job
         self._send(("submit", number, job.prompt, job.max_tokens, job.sampling, job.seed, job.stop_ids,
                     job.logprobs, job.prompt_logprobs))
         return job
 
     def cancel(self, job: Job, reason: str = "cancelled") -> None:
-        number = getattr(job, "engine_id", None)
-        if number in self.jobs and self.dead is None:
-            self._send(("cancel", number, reason))
+        if job.engine_id in self.jobs and self.dead is None:
+            self._send(("cancel", job.engine_id, reason))
 
     def reload(self, checkpoint: str, int8: bool, timeout: float) -> dict[str, Any]:
         return self.call("reload", checkpoint, timeout, wait=None)

@@ -59,6 +59,7 @@ class Job:
     last_token_at: float = 0.0
     prefill: Prefill | None = None
     uniforms: list[float] | None = None  # token t is drawn from uniforms[t] (float64, from the seed)
+    engine_id: int | None = None  # its number on an engine process's pipe (engine_process.py)
 
 
 LOGPROBS_MODES = ("raw", "processed")  # vLLM's raw_logprobs / processed_logprobs
