@@ -205,12 +205,21 @@ class FastDecoder:
         self.values = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self.blocks]
         self.valid = torch.ones(batch_size, self.capacity, dtype=torch.bool, device=self.device)
         self.slots = torch.arange(self.capacity, device=self.device)  # default positions, allocated once
+        self._row_views: dict[int, tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]] = {}
         self.length = 0
         self.padded = False
 
     def reset(self) -> None:
         self.length = 0
         self.padded = False
+
+    def _first_rows(self, rows: int) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+        """Views of the cache's first `rows` rows, made once per row count (the server's batch asks every step)."""
+        views = self._row_views.get(rows)
+        if views is None:
+            views = self._row_views[rows] = ([k[:rows] for k in self.keys], [v[:rows] for v in self.values],
+                                             self.valid[:rows])
+        return views
 
     def truncate(self, length: int) -> None:
         """Forget everything after `length` slots (speculative decoding rolls back rejected drafts)."""
@@ -235,7 +244,7 @@ class FastDecoder:
         B, T = idx.shape
         keys, values, valid_rows = self.keys, self.values, self.valid
         if self.batch_size != B:
-            keys, values, valid_rows = [k[:B] for k in keys], [v[:B] for v in values], valid_rows[:B]
+            keys, values, valid_rows = self._first_rows(B)
         start, end = self.length, self.length + idx.shape[1]
         if end > self.capacity:
             raise ValueError(f"KV cache full: {start} + {T} tokens > capacity {self.capacity}")

@@ -92,6 +92,7 @@ class Scheduler:
         self.stopping = False
         self.swap: _Swap | None = None
         self.dead: str | None = None  # a thread does not die apart from its server (EngineClient's process may)
+        self.next_tokens: torch.Tensor | None = None  # the last step's tokens [rows]: the next step's input
         self.cancels = 0  # cancels not yet acted on: a step looks for cancelled jobs only when there are some
         self.after_step: Callable[[], None] | None = None  # the engine process sends each step's events here
         self.thread = threading.Thread(target=self._loop, name="tinylm-scheduler", daemon=True)
@@ -201,7 +202,9 @@ class Scheduler:
                 self.prefilling.remove(job)
                 self._prompt_done(job)
         if self.running:
-            tokens = torch.tensor([job.pending for job in self.running], dtype=torch.long, device=self.device)
+            tokens = self.next_tokens
+            if tokens is None or tokens.shape[0] != len(self.running):  # rows joined or left: gather them
+                tokens = torch.tensor([job.pending for job in self.running], dtype=torch.long, device=self.device)
             logits = self.batch.decode(tokens)
             self._emit_tokens(self.running, logits)
         self._count_queues()
@@ -223,14 +226,16 @@ class Scheduler:
     def _emit_tokens(self, jobs: list[Job], logits: torch.Tensor) -> None:
         """Sample each job's next token from its row of `logits`, tell it, and retire the finished."""
         tokens, processed = self._sample(jobs, logits)
+        # what the next decode step feeds, when these are exactly its rows and none leaves (else rebuilt then)
+        self.next_tokens = tokens if jobs is self.running else None
         logprobs = chosen = None
         if any(j.logprobs is not None for j in jobs):
             logprobs = self._logprobs(jobs, logits, processed)
             chosen = logprobs.gather(1, tokens[:, None])[:, 0].tolist()  # one read-back for every row
         now = time.perf_counter()
+        self._record_timing(jobs, now)
         ended = []
         for i, (job, token) in enumerate(zip(jobs, tokens.tolist(), strict=True)):
-            self._record_timing(job, now)
             job.generated += 1
             job.pending = token
             stop = token in job.stop_ids
@@ -271,14 +276,17 @@ class Scheduler:
                 logprobs[i] = torch.log_softmax(row, dim=-1).clamp(min=-9999.0)
         return logprobs
 
-    def _record_timing(self, job: Job, now: float) -> None:
-        with self.metrics.lock:
-            if job.generated == 0:
-                self.metrics.time_to_first_token.observe(now - job.arrived)
-            else:
-                self.metrics.time_per_output_token.observe(now - job.last_token_at)
-            self.metrics.generation_tokens += 1
-        job.last_token_at = now
+    def _record_timing(self, jobs: list[Job], now: float) -> None:
+        """Each job's time to first token or since its last token, under one lock for the step."""
+        metrics = self.metrics
+        with metrics.lock:
+            for job in jobs:
+                if job.generated == 0:
+                    metrics.time_to_first_token.observe(now - job.arrived)
+                else:
+                    metrics.time_per_output_token.observe(now - job.last_token_at)
+                job.last_token_at = now
+            metrics.generation_tokens += len(jobs)
 
     def _retire(self, job: Job, reason: str) -> None:
         """Free the job's row (the last row moves into it) and send its ending."""
@@ -318,9 +326,11 @@ class Scheduler:
         self._count_queues()
 
     def _count_queues(self) -> None:
-        with self.metrics.lock:
-            self.metrics.running = len(self.running) + len(self.prefilling)
-            self.metrics.waiting = len(self.waiting)
+        running, waiting = len(self.running) + len(self.prefilling), len(self.waiting)
+        metrics = self.metrics
+        if (metrics.running, metrics.waiting) != (running, waiting):  # most steps change neither
+            with metrics.lock:
+                metrics.running, metrics.waiting = running, waiting
 
 
 def _top(logprobs: torch.Tensor, k: int) -> tuple[tuple[int, float], ...]:
