@@ -156,6 +156,16 @@ def test_a_server_that_disappears_fails_the_step_with_one_line_and_the_run_resum
     assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in served], rel=1e-5, abs=1e-6)
 
 
+def test_a_temperature_the_servers_raw_log_probs_cannot_match_is_refused(server: str, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """tinylm serve says its log-probs mode in /v1/models: raw ones are log softmax(z), not log softmax(z / T)."""
+    assert main(rl_args(tmp_path / "r", "grpo", "--rollout-url", server, "--temperature", "0.7",
+                        "--max-steps", "1")) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"tinylm: error: --temperature 0.7 needs the log-probs of the tempered distribution, but {server} returns "
+        "raw ones: start tinylm serve with --logprobs-mode processed")
+
+
 def test_a_server_that_is_not_there_is_one_line_before_any_training(tmp_path: Path,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     url = f"http://127.0.0.1:{free_port()}"

@@ -106,4 +106,7 @@ def test_an_engine_process_that_dies_fails_its_stream_and_later_requests_in_one_
     assert later.status_code == 503 and "the engine process has exited" in later.json()["error"]["message"]
     health = httpx.get(url + "/health")
     assert health.status_code == 503 and health.json()["status"] == "error"
+    reload = httpx.post(url + "/admin/reload", json={"checkpoint": "anything"}, timeout=60)
+    assert reload.status_code == 503 and "the engine process has exited" in reload.json()["error"]["message"]
+    assert httpx.get(url + "/metrics").status_code == 503
     assert httpx.get(url + "/v1/models").status_code == 200  # the HTTP side still answers

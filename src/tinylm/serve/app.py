@@ -36,14 +36,14 @@ STATIC = Path(__file__).with_name("static")
 DISCONNECT_POLL_S = 0.25
 
 
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
+LOOPBACK = ("127.0.0.1", "::1", "::ffff:127.0.0.1", "localhost")
 
 
 def create_app(served: ServedModel, api_key: str | None = None, admin_token: str | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if not served.scheduler.thread.is_alive():
-            served.scheduler.start()
+        if served.scheduler.dead is None and not served.scheduler.thread.is_alive():
+            served.scheduler.start()  # (an engine process is started, and its reader with it, before binding)
         yield
         await asyncio.to_thread(served.scheduler.stop)  # drains: running requests finish first
 
@@ -69,7 +69,8 @@ def create_app(served: ServedModel, api_key: str | None = None, admin_token: str
     @app.get("/v1/models", dependencies=guard)
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": served.name, "object": "model", "created": started,
-                                            "owned_by": "tinylm", "max_model_len": served.window}]}
+                                            "owned_by": "tinylm", "max_model_len": served.window,
+                                            "logprobs_mode": served.scheduler.logprobs_mode}]}
 
     @app.post("/v1/completions", dependencies=guard)
     async def completions(body: CompletionRequest, request: Request) -> Any:

@@ -76,6 +76,8 @@ class EngineClient:
         self.send_lock = threading.Lock()
         self.replies: dict[int, tuple[threading.Event, list[Any]]] = {}
         self.dead: str | None = None  # why the engine process is gone
+        self.logprobs_mode = options.logprobs_mode
+        self.precision = ""  # how the engine process decodes (its decode-precision line), once started
         self.metrics = _Remote(self)
         self.conn: Connection | None = None
         self.process: multiprocessing.process.BaseProcess | None = None
@@ -94,10 +96,16 @@ class EngineClient:
             self.process.kill()
             raise TinyLMError(f"the engine process did not load {self.options.checkpoint} within "
                               f"{START_TIMEOUT_S:g} s")
-        kind, value = self.conn.recv()
+        try:
+            kind, value = self.conn.recv()
+        except (EOFError, OSError):
+            self.process.join(10)
+            raise TinyLMError(f"the engine process exited while loading {self.options.checkpoint} (exit code "
+                              f"{self.process.exitcode})") from None
         if kind != "ready":
             self.process.join(10)
             raise TinyLMError(value)
+        self.precision = value
         self.thread.start()
         return self
 
@@ -120,8 +128,12 @@ class EngineClient:
         job.max_tokens = min(job.max_tokens, self.window - len(job.prompt))
         number = job.engine_id = next(self.ids)
         self.jobs[number] = job
-        self._send(("submit", number, job.prompt, job.max_tokens, job.sampling, job.seed, job.stop_ids,
-                    job.logprobs, job.prompt_logprobs))
+        try:
+            self._send(("submit", number, job.prompt, job.max_tokens, job.sampling, job.seed, job.stop_ids,
+                        job.logprobs, job.prompt_logprobs))
+        except RuntimeError:
+            self.jobs.pop(number, None)
+            raise
         return job
 
     def cancel(self, job: Job, reason: str = "cancelled") -> None:
@@ -138,9 +150,12 @@ class EngineClient:
         number = next(self.ids)
         done, box = threading.Event(), []
         self.replies[number] = (done, box)
-        self._send(("call", number, name, args))
-        if not done.wait(wait):
-            raise RuntimeError(f"the engine process did not answer {name!r} within {wait:g} s")
+        try:
+            self._send(("call", number, name, args))
+            if not done.wait(wait):
+                raise RuntimeError(f"the engine process did not answer {name!r} within {wait:g} s")
+        finally:
+            self.replies.pop(number, None)
         ok, value = box[0]
         if ok:
             return value
@@ -175,9 +190,10 @@ class EngineClient:
                     job.on_event(event)
             elif message[0] == "reply":
                 _, number, ok, value = message
-                done, box = self.replies.pop(number)
-                box.append((ok, value))
-                done.set()
+                waiting = self.replies.get(number)
+                if waiting is not None:  # (a call that timed out has stopped waiting)
+                    waiting[1].append((ok, value))
+                    waiting[0].set()
 
     def _died(self) -> None:
         code = None
@@ -197,20 +213,24 @@ class EngineClient:
 # ---- the engine process -------------------------------------------------------------------------------
 def engine_main(conn: Connection, options: EngineOptions) -> None:
     """Load the model, run the scheduler, and serve the pipe until told to stop or the server goes away."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the server drains us
+    # Ctrl-C and a SIGTERM to the whole group (systemd, `kill -- -PGID`) reach us too: the server drains us, and
+    # if it dies, the pipe's end ends us
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if options.threads is not None:
         torch.set_num_threads(options.threads)
     try:
-        model, _, _ = load_for_generation(options.checkpoint, int8=options.int8, dtype=options.dtype)
-    except TinyLMError as exc:
-        conn.send(("failed", str(exc)))
+        model, _, meta = load_for_generation(options.checkpoint, int8=options.int8, dtype=options.dtype)
+        scheduler = Scheduler(model, max_slots=options.max_slots, prefill_budget=options.prefill_budget,
+                              logprobs_mode=options.logprobs_mode)
+    except Exception as exc:  # noqa: BLE001 - the server prints it as one line and exits 1
+        conn.send(("failed", str(exc) if isinstance(exc, TinyLMError) else f"the engine process could not "
+                   f"start: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
         return
-    scheduler = Scheduler(model, max_slots=options.max_slots, prefill_budget=options.prefill_budget,
-                          logprobs_mode=options.logprobs_mode)
     outbox = _Outbox(conn)
     scheduler.after_step = lambda: outbox.flush_now_and_then(scheduler)
     scheduler.start()
-    conn.send(("ready", None))
+    conn.send(("ready", meta["decode_precision"]))
     _serve_pipe(conn, scheduler, outbox, options)
 
 
@@ -231,6 +251,7 @@ def _serve_pipe(conn: Connection, scheduler: Scheduler, outbox: _Outbox, options
             try:
                 scheduler.submit(job)
             except (ValueError, RuntimeError) as exc:
+                jobs.pop(number, None)
                 outbox.post(number, Failed(str(exc)))
                 outbox.flush()
         elif kind == "cancel":
@@ -289,10 +310,12 @@ class _Outbox:
             self.pending.append((number, event))
 
     def flush(self) -> None:
-        with self.lock:
-            events, self.pending = self.pending, []
-        if events:
-            self._send(("events", events))
+        with self.send_lock:  # taken first: two flushing threads send their events in the order they took them
+            with self.lock:
+                events, self.pending = self.pending, []
+            if events:
+                with contextlib.suppress(OSError, ValueError):  # the server is gone: the pipe loop ends
+                    self.conn.send(("events", events))
 
     def flush_now_and_then(self, scheduler: Scheduler) -> None:
         """After a step: send what it produced once FLUSH_S have passed since the last send, or at once when

@@ -32,10 +32,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinylm.inference.sampling import SamplingParams, inverse_cdf_sample, process_logits, sequence_uniforms
+from tinylm.inference.sampling import SamplingParams, sequence_uniforms
 from tinylm.serve.events import Event, Failed, Finished, PromptLogprobs, Token
 from tinylm.serve.metrics import ServerMetrics
 from tinylm.serve.reload import reload_weights
+from tinylm.serve.row_sampling import row_logprobs, sample_rows
 from tinylm.serve.slots import Prefill, make_batch
 
 
@@ -225,12 +226,12 @@ class Scheduler:
 
     def _emit_tokens(self, jobs: list[Job], logits: torch.Tensor) -> None:
         """Sample each job's next token from its row of `logits`, tell it, and retire the finished."""
-        tokens, processed = self._sample(jobs, logits)
+        tokens, processed = sample_rows(jobs, logits)
         # what the next decode step feeds, when these are exactly its rows and none leaves (else rebuilt then)
         self.next_tokens = tokens if jobs is self.running else None
         logprobs = chosen = None
         if any(j.logprobs is not None for j in jobs):
-            logprobs = self._logprobs(jobs, logits, processed)
+            logprobs = row_logprobs(logits, processed, self.logprobs_mode)
             chosen = logprobs.gather(1, tokens[:, None])[:, 0].tolist()  # one read-back for every row
         now = time.perf_counter()
         self._record_timing(jobs, now)
@@ -247,34 +248,6 @@ class Scheduler:
                 ended.append((job, "stop" if stop else "length"))
         for job, reason in ended:
             self._retire(job, reason)
-
-    def _sample(self, jobs: list[Job], logits: torch.Tensor) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        """(the tokens [B], each sampled row's processed logits): the greedy take the argmax, the others draw
-        by inverse CDF from their own uniforms, in one batch per set of sampling options (rows of one set
-        give the same numbers batched or alone: every filter works row by row)."""
-        tokens = logits.argmax(dim=-1)
-        groups: dict[SamplingParams, list[int]] = {}
-        for i, job in enumerate(jobs):
-            if not job.sampling.greedy:
-                groups.setdefault(job.sampling, []).append(i)
-        processed: dict[int, torch.Tensor] = {}
-        for params, rows in groups.items():
-            index = torch.tensor(rows, device=logits.device)
-            scaled = process_logits(logits[index], params)
-            uniforms = torch.tensor([jobs[i].uniforms[jobs[i].generated] for i in rows], dtype=torch.float64,
-                                    device=logits.device)
-            tokens[index] = inverse_cdf_sample(torch.softmax(scaled, dim=-1), uniforms)
-            processed.update(zip(rows, scaled))
-        return tokens, processed
-
-    def _logprobs(self, jobs: list[Job], logits: torch.Tensor, processed: dict[int, torch.Tensor]) -> torch.Tensor:
-        """Each row's log-probs: of the model's distribution (raw), or of the one its token was drawn from
-        (processed: after temperature, top-k, top-p, min-p; a token they rule out reads -9999, as in vLLM)."""
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
-        if self.logprobs_mode == "processed":
-            for i, row in processed.items():
-                logprobs[i] = torch.log_softmax(row, dim=-1).clamp(min=-9999.0)
-        return logprobs
 
     def _record_timing(self, jobs: list[Job], now: float) -> None:
         """Each job's time to first token or since its last token, under one lock for the step."""

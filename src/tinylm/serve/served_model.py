@@ -62,6 +62,8 @@ class ServedModel:
                 served = self.scheduler.reload(checkpoint, self.int8, timeout)
             except ReloadRefused as exc:
                 raise APIError(exc.status, exc.message, exc.param, exc.code) from None
+            except RuntimeError as exc:  # shutting down, or the engine process is gone
+                raise APIError(503, str(exc), code="unavailable", type="server_error") from None
             self.model, self.checkpoint = self.scheduler.model, served["checkpoint"]
             return served
 

@@ -93,17 +93,23 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     use_threads(args.threads)
-    model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8, dtype=DECODE_DTYPES[args.dtype])
-    name = args.model_name or Path(args.checkpoint).resolve().name
+    dtype = DECODE_DTYPES[args.dtype]
     engine = None
-    if args.engine == "process":  # the engine process loads it again, in the dtype chosen here
-        options = EngineOptions(str(meta["path"]), args.int8, meta["decode_dtype"], args.max_slots,
-                                args.prefill_chunk, args.logprobs_mode, args.threads)
+    if args.engine == "process":
+        # here only the checks (a bad checkpoint is one line before binding), on the CPU; the engine process
+        # loads the model where it runs and chooses its precision
+        model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8, device="cpu",
+                                                     dtype=torch.float32)
+        options = EngineOptions(str(meta["path"]), args.int8, dtype, args.max_slots, args.prefill_chunk,
+                                args.logprobs_mode, args.threads)
         engine, model = EngineClient(options, model.config), None
         sock = bind(args.host, args.port)  # a busy port is refused before the engine loads anything
         engine.start()
+        meta["decode_precision"] = engine.precision
     else:
+        model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8, dtype=dtype)
         sock = bind(args.host, args.port)
+    name = args.model_name or Path(args.checkpoint).resolve().name
     served = ServedModel.build(name, model or engine.model, tokenizer, max_slots=args.max_slots,
                                prefill_budget=args.prefill_chunk, meta=meta, logprobs_mode=args.logprobs_mode,
                                int8=args.int8, engine=engine)

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from tinylm.checkpoint import TOKENIZER
+from tinylm.errors import TinyLMError
 from tinylm.inference.sampling import SamplingParams
 from tinylm.runtime.device import autocast
 from tinylm.runtime.distributed import DistEnv, all_reduce_max, all_reduce_sum
@@ -86,9 +87,7 @@ class RolloutCollector:
         t0 = time.perf_counter()
         update_s = t0 - self.last_round_end if self.last_round_end is not None else 0.0
         if self.server is not None:
-            if env.rank == 0:
-                self.server.sync(ctx.run_dir, round_index, policy, policy.config, ctx.run_dir / TOKENIZER)
-            all_reduce_sum(torch.zeros(1, device=device), env)  # every rank samples the synced weights
+            self._sync(ctx, round_index, policy)
         sync_s = time.perf_counter() - t0
         try:
             groups = [self._fill(ctx, round_index, slots, policy) for slots in self._slots(env)]
@@ -118,6 +117,21 @@ class RolloutCollector:
             totals.metrics["sync_s"] = sync_s  # part of rollout_s: publishing the weights and the server's reload
         self.last_round_end = time.perf_counter()
         return micro_batches, totals
+
+    def _sync(self, ctx: StageContext[RLConfig], round_index: int, policy: nn.Module) -> None:
+        """Rank 0 publishes the weights and has the server load them; every rank learns together whether it did."""
+        assert self.server is not None
+        failure = None
+        if ctx.env.rank == 0:
+            try:
+                self.server.sync(ctx.run_dir, round_index, policy, policy.config, ctx.run_dir / TOKENIZER)
+            except TinyLMError as exc:
+                failure = exc
+        failed = all_reduce_sum(torch.tensor([float(failure is not None)], device=ctx.device), ctx.env)
+        if failure is not None:
+            raise failure
+        if failed.item():  # the other ranks: rank 0 says why
+            raise TinyLMError("rank 0 could not sync the weights to the rollout server")
 
     def _slots(self, env: DistEnv) -> list[list[int]]:
         """This rank's global slot numbers, one list per micro-batch."""

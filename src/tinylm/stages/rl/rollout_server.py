@@ -57,6 +57,7 @@ class RolloutServer:
         token = os.environ.get(TOKEN_ENV)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.client = httpx.Client(base_url=self.url, timeout=timeout, headers=headers)
+        self.logprobs_mode: str | None = None
         self.model = self._model_name()
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -75,7 +76,14 @@ class RolloutServer:
         models = self._call("GET", "/v1/models").get("data") or []
         if not models or "id" not in models[0]:
             raise TinyLMError(f"rollout server {self.url}: /v1/models lists no model")
+        self.logprobs_mode = models[0].get("logprobs_mode")  # tinylm serve says; other servers may not
         return str(models[0]["id"])
+
+    def check_temperature(self, temperature: float) -> None:
+        """Raw log-probs are log softmax(z), the trainer's are log softmax(z / T): they agree at T = 1 only."""
+        if temperature != 1.0 and self.logprobs_mode == "raw":
+            raise TinyLMError(f"--temperature {temperature:g} needs the log-probs of the tempered distribution, but "
+                              f"{self.url} returns raw ones: start tinylm serve with --logprobs-mode processed")
 
     def describe(self) -> str:
         how = "POST /admin/reload each round" if self.sync_mode == "reload" else "never (--rollout-sync none)"

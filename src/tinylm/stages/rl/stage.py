@@ -70,8 +70,10 @@ class RLStage(FromBaseStage[RLConfig]):
         self.eval_problems = self.task.examples("test", cfg.eval_examples, cfg.seed)
         reward = load_reward(cfg.reward, self.task, ctx.device, timeout=cfg.reward_timeout, errors=cfg.reward_errors)
         reference = load_reference(cfg.reference, self.algo.beta > 0, self.base, self.mcfg.vocab_size, ctx.device)
-        server = None if cfg.rollout_url is None else RolloutServer(cfg.rollout_url, cfg.rollout_timeout,
-                                                                     cfg.rollout_sync)
+        server = None
+        if cfg.rollout_url is not None:
+            server = RolloutServer(cfg.rollout_url, cfg.rollout_timeout, cfg.rollout_sync)
+            server.check_temperature(cfg.temperature)
         self.rollouts = RolloutCollector(cfg, self.algo, self.chat, self.tokenizer, self.task, self.pool, reward,
                                          reference, server)
         self.steps_begun = 0  # optimizer steps whose batches were handed out
