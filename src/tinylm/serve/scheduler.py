@@ -12,8 +12,10 @@ Each step of the loop:
 
 Requests talk to the loop only through `submit` / `cancel` and the events they receive (events.py),
 delivered by a callback the handler supplies (it forwards them into its asyncio queue). Every
-request samples by inverse CDF from its own seeded uniforms (`sequence_uniforms`), so what it gets
-never depends on its neighbours, and a seeded request draws exactly what `tinylm rl` draws in-process.
+request samples by inverse CDF from its own seeded uniforms (`sequence_uniforms`), so its draws never
+depend on its neighbours, and a seeded request draws what `tinylm rl` draws in-process. Only float
+rounding can tell them apart: a batch's matrix products and attention path depend on its rows, and
+a token whose uniform falls within rounding of a step of the CDF could then differ.
 
 A new model (`swap_model`: the same config, new weights) waits until the running requests have
 finished; requests that arrive meanwhile wait in line and are served by the new weights.
