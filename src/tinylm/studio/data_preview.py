@@ -87,18 +87,18 @@ def _row(label: str, tokenizer: Tokenizer, ids: list[int], mask: list[int], **ex
 def sft_rows(spec: str, tokenizer: Tokenizer, limit: int, seed: int) -> tuple[list[dict[str, Any]], list[str]]:
     notes: list[str] = []
     chat = _chat(tokenizer, notes)
-    loaded = load_conversations(spec, "train", seed=seed, limit=limit if spec.startswith(BUILTIN_PREFIX) else None)
+    loaded = load_conversations(spec, "train", seed=seed, limit=_generated(spec, limit))
     rows = []
     for number, messages in enumerate(loaded.conversations[:limit], 1):
         rendered = chat.render(messages)
         rows.append(_row(f"conversation {number}", chat.tokenizer, rendered.ids, rendered.mask))
-    return rows, [*notes, *loaded.notes, *(f"skipped {s}" for s in loaded.skipped)]
+    return rows, _with_loading_notes(notes, loaded)
 
 
 def pair_rows(spec: str, tokenizer: Tokenizer, limit: int, seed: int) -> tuple[list[dict[str, Any]], list[str]]:
     notes: list[str] = []
     chat = _chat(tokenizer, notes)
-    loaded = load_preferences(spec, "train", seed=seed, limit=limit if spec.startswith(BUILTIN_PREFIX) else None)
+    loaded = load_preferences(spec, "train", seed=seed, limit=_generated(spec, limit))
     rows = []
     for number, pair in enumerate(loaded.rows[:limit], 1):
         prompt = chat.prompt_ids(list(pair.prompt))
@@ -107,7 +107,18 @@ def pair_rows(spec: str, tokenizer: Tokenizer, limit: int, seed: int) -> tuple[l
                 answer = answer_ids(chat, text)
                 rows.append(_row(f"pair {number} {side}", chat.tokenizer, prompt + answer,
                                  [0] * len(prompt) + [1] * len(answer)))
-    return rows, [*notes, *loaded.notes, *(f"skipped {s}" for s in loaded.skipped)]
+    return rows, _with_loading_notes(notes, loaded)
+
+
+def _generated(spec: str, limit: int) -> int | None:
+    """The loader's limit: a built-in set is generated only `limit` rows long; a file is loaded whole (its split
+    and its skipped rows are the file's), and the preview shows its first `limit` rows."""
+    return limit if spec.startswith(BUILTIN_PREFIX) else None
+
+
+def _with_loading_notes(notes: list[str], loaded: Any) -> list[str]:
+    """The preview's notes, then the loader's, then each skipped row."""
+    return [*notes, *loaded.notes, *(f"skipped {s}" for s in loaded.skipped)]
 
 
 def prompt_rows(spec: str, tokenizer: Tokenizer, limit: int, seed: int) -> tuple[list[dict[str, Any]], list[str]]:

@@ -157,8 +157,7 @@ def resume(root: Path, name: str, values: dict[str, Any], processes: int | None 
         saved = status.get("world_size")
         here = status.get("host") == socket.gethostname() and isinstance(saved, int) and 1 <= saved <= MAX_PROCESSES
         processes = saved if here else 1
-    world = processes
-    return _start(folder, command_line(stage, values, folder, resume=True), checked_processes(world))
+    return _start(folder, command_line(stage, values, folder, resume=True), checked_processes(processes))
 
 
 def stop(root: Path, name: str) -> dict[str, Any]:

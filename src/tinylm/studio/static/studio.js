@@ -225,15 +225,14 @@ const studio = (() => {
     };
     stepSelect.onchange = showSamples;
     const link = document.getElementById("report-link");
-    const showReport = async () => {
-      link.hidden = !(await getJSON("/api/evaluations" + query)).report;
-      link.href = withToken("/api/report" + query);
-    };
     document.getElementById("build-report").onclick = async () => {
       document.getElementById("report-note").textContent = "building...";
-      try { await postJSON("/api/report", { name }); document.getElementById("report-note").textContent = "built"; }
-      catch (e) { document.getElementById("report-note").textContent = e.message; }
-      await showReport();
+      try {
+        const built = await postJSON("/api/report", { name });  // its answer says the card exists now
+        document.getElementById("report-note").textContent = "built";
+        link.hidden = !built.report;
+        link.href = withToken("/api/report" + query);
+      } catch (e) { document.getElementById("report-note").textContent = e.message; }
     };
     const refresh = async () => {
       try {
