@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from serve_support import free_port
+from test_ddp import torchrun
 from test_rl import final_weights, rl_args
 from test_sft import base_run
 from test_train_support import rows
@@ -154,6 +155,18 @@ def test_a_server_that_disappears_fails_the_step_with_one_line_and_the_run_resum
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]
     assert [{k: r[k] for k in SAME} for r in resumed] == [{k: r[k] for k in SAME} for r in served]
     assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in served], rel=1e-5, abs=1e-6)
+
+
+def test_two_torchrun_processes_sampling_from_the_server_equal_one(server: str, runs: dict[str, Path], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 syncs, every rank sends its own prompts: the same global batch gives one process's rollouts."""
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent))
+    result = torchrun(*rl_args(tmp_path / "ddp", "grpo", *STEPS, "--batch-size", "1", "--rollout-url", server))
+    assert result.returncode == 0, result.stderr[-3000:]
+    served, ddp = logged(runs["served"]), logged(tmp_path / "ddp")
+    assert [{k: r[k] for k in SAME} for r in ddp] == [{k: r[k] for k in SAME} for r in served]
+    assert [r["loss"] for r in ddp] == pytest.approx([r["loss"] for r in served], rel=1e-4, abs=1e-6)
+    assert all(r["sampler_gap_max"] < 1e-5 for r in ddp)
 
 
 def test_a_temperature_the_servers_raw_log_probs_cannot_match_is_refused(server: str, tmp_path: Path,
