@@ -9,7 +9,8 @@ clients, from request to chunk), and the 16-vs-1 throughput ratio. Nothing leave
 without the per-token cost of events, JSON chunks and sockets. `in_process_decode_tokens_per_s` is
 `tinylm generate`'s engine on one prompt, the same model and tokens: one stream through the server
 is reported as a fraction of it (`one_stream_vs_in_process`), and, steadier on a shared machine, as
-the median ratio of alternating rounds (`one_stream_vs_in_process_alternating`). This process sets the numerics the
+the median ratio of alternating rounds (`one_stream_vs_in_process_alternating`), against the engine
+in this process and in a fresh one. This process sets the numerics the
 `tinylm` command sets (`MKL_CBWR=AUTO,STRICT`, before torch loads), so the in-process figures and the
 server decode under the same MKL mode; measured without it, the in-process engine was ~25% faster here.
 
@@ -150,12 +151,15 @@ async def load(url: str, clients: int, requests: int, max_tokens: int, prompt_le
             "tpot_p50_ms": round(1000 * percentile(tpot, 50), 2), "tpot_p99_ms": round(1000 * percentile(tpot, 99), 2)}
 
 
-def alternating(url: str, checkpoint: Path, max_tokens: int, prompt_len: int, rounds: int = 7) -> dict:
+def alternating(url: str, checkpoint: Path, max_tokens: int, prompt_len: int, threads: int, rounds: int = 7) -> dict:
     """One stream through the server against the in-process engine, in alternating rounds of the same 8 prompts.
 
-    Single runs on a shared machine move by a third; a pair of rounds side by side sees the same moment,
-    so the median of the per-pair ratios is what the server costs one stream. Each rate is tokens over
-    the round's wall time (time to first token included, as a client sees it).
+    Single runs on a shared machine move by a third; rounds side by side see the same moment, so the
+    median of the per-round ratios is what the server costs one stream. Each rate is tokens over the
+    round's wall time (time to first token included, as a client sees it). The engine runs twice per
+    round: in this process, and in a fresh process that only loaded the checkpoint, as `tinylm generate`
+    and the server's engine process do, so a history of this process (a tokenizer trained, HTTP load)
+    cannot be what sets the reference.
     """
     from tinylm.inference.engine import Engine
 
@@ -163,6 +167,9 @@ def alternating(url: str, checkpoint: Path, max_tokens: int, prompt_len: int, ro
     engine = Engine(model.eval())
     prompts = random_prompts(8, prompt_len, 7)
     engine.generate(prompts[:1], max_tokens, GREEDY)
+    worker = subprocess.Popen([sys.executable, __file__, "--engine-worker", str(checkpoint), "--max-tokens",
+                               str(max_tokens), "--prompt-tokens", str(prompt_len), "--threads", str(threads)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     async def served() -> float:
         async with httpx.AsyncClient(timeout=300) as client:
@@ -171,17 +178,46 @@ def alternating(url: str, checkpoint: Path, max_tokens: int, prompt_len: int, ro
             tokens = sum([(await one_stream(client, url, p, max_tokens))["tokens"] for p in prompts])
             return tokens / (time.perf_counter() - start)
 
-    def local() -> float:
-        start = time.perf_counter()
-        tokens = sum(len(engine.generate([p], max_tokens, GREEDY)[0]) for p in prompts)
-        return tokens / (time.perf_counter() - start)
+    def fresh() -> float:
+        worker.stdin.write("round\n")
+        worker.stdin.flush()
+        return float(worker.stdout.readline())
 
-    pairs = [(asyncio.run(served()), local()) for _ in range(rounds)]
-    ratios = sorted(a / b for a, b in pairs)
-    return {"rounds": rounds, "server_tokens_per_s": [round(a, 1) for a, _ in pairs],
-            "in_process_tokens_per_s": [round(b, 1) for _, b in pairs],
-            "ratio_median": round(statistics.median(ratios), 3), "ratio_min": round(ratios[0], 3),
-            "ratio_max": round(ratios[-1], 3)}
+    try:
+        fresh()  # its warm-up
+        rows = [(asyncio.run(served()), engine_round(engine, prompts, max_tokens), fresh()) for _ in range(rounds)]
+    finally:
+        worker.stdin.close()
+        worker.wait(60)
+
+    def ratio(column: int) -> dict:
+        ratios = sorted(row[0] / row[column] for row in rows)
+        return {"median": round(statistics.median(ratios), 3), "min": round(ratios[0], 3),
+                "max": round(ratios[-1], 3)}
+
+    return {"rounds": rounds, "server_tokens_per_s": [round(r[0], 1) for r in rows],
+            "in_process_tokens_per_s": [round(r[1], 1) for r in rows],
+            "fresh_process_tokens_per_s": [round(r[2], 1) for r in rows],
+            "vs_this_process": ratio(1), "vs_a_fresh_process": ratio(2)}
+
+
+def engine_round(engine: object, prompts: list[list[int]], max_tokens: int) -> float:
+    start = time.perf_counter()
+    tokens = sum(len(engine.generate([p], max_tokens, GREEDY)[0]) for p in prompts)  # type: ignore[attr-defined]
+    return tokens / (time.perf_counter() - start)
+
+
+def engine_worker(checkpoint: Path, max_tokens: int, prompt_len: int, threads: int) -> None:
+    """--engine-worker: load the checkpoint, then answer each line on stdin with one round's tokens/s."""
+    from tinylm.inference.engine import Engine
+
+    torch.set_num_threads(threads)
+    model, _, _ = load_model(checkpoint)
+    engine = Engine(model.eval())
+    prompts = random_prompts(8, prompt_len, 7)
+    engine.generate(prompts[:1], max_tokens, GREEDY)
+    for _ in sys.stdin:
+        print(engine_round(engine, prompts, max_tokens), flush=True)
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -198,7 +234,11 @@ def main() -> None:
     parser.add_argument("--requests-per-client", type=int, default=2, help="(a level runs at least 8 requests)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--prompt-tokens", type=int, default=32)
+    parser.add_argument("--engine-worker", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.engine_worker is not None:
+        engine_worker(args.engine_worker, args.max_tokens, args.prompt_tokens, args.threads)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = make_checkpoint(Path(tmp))
         port = free_port()
@@ -208,7 +248,7 @@ def main() -> None:
             levels = [asyncio.run(load(url, c, max(8, c * args.requests_per_client), args.max_tokens,
                                        args.prompt_tokens)) for c in (1, 4, 16)]
             torch.set_num_threads(args.threads)
-            paired = alternating(url, checkpoint, args.max_tokens, args.prompt_tokens)
+            paired = alternating(url, checkpoint, args.max_tokens, args.prompt_tokens, args.threads)
         finally:
             server.terminate()
             server.wait(60)
