@@ -1,6 +1,7 @@
 """RL from verifiable rewards as a stage (`tinylm rl`): sample, score, compute advantages, update.
 
-`stage.py` runs one step: `collect.py` gathers rollouts (`rollout.py`) scored by `rewards.py`,
+`stage.py` runs one step: `collect.py` gathers rollouts (`rollout.py`, or an inference server's through
+`rollout_server.py`) scored by `rewards.py`,
 `algorithm.py` and `algorithms.py` say what each algorithm does as data (the GRPO family, RLOO,
 REINFORCE++, PPO with `gae.py`, in their own files), and `update.py` computes a micro-batch's loss
 from `policy_losses.py`, `kl.py` and `reference.py`, with the step's advantages and totals in
