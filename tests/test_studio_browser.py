@@ -212,6 +212,8 @@ def test_chat_side_by_side_sends_the_whole_conversation_to_two_checkpoints(brows
     chat_checkpoint(tmp_path, reversed_reply, "rl")
     replies = ("return [...document.querySelectorAll('.pane')].map(p => [...p.querySelectorAll('.assistant')]"
                ".map(m => m.textContent));")
+    finished = ("return [...document.querySelectorAll('.pane')].map(p => "
+                "p.querySelectorAll('.assistant:not(.streaming)').length);")  # a reply still streaming is not one
     with studio(tmp_path) as url:
         browser.get(f"{url}/chat?a=sft%0Astep_00000001&b=rl%0Astep_00000001")
         browser.execute_script("localStorage.clear();")
@@ -221,7 +223,7 @@ def test_chat_side_by_side_sends_the_whole_conversation_to_two_checkpoints(brows
             box = browser.find_element(By.ID, "message")
             box.send_keys(text)
             browser.find_element(By.ID, "send").click()
-            WebDriverWait(browser, 60).until(lambda b, n=turn: [len(p) for p in b.execute_script(replies)] == [n, n])
+            WebDriverWait(browser, 60).until(lambda b, n=turn: b.execute_script(finished) == [n, n])
         assert browser.execute_script(replies) == [["return", "return"], ["urnret", "urnret"]]
         screenshot(browser, "studio-chat.png")
         browser.refresh()  # the conversation is kept in the browser: a refresh loses nothing

@@ -424,6 +424,7 @@ const studio = (() => {
     const saved = JSON.parse(localStorage.getItem(KEY) || "{}");
     // the conversation: the user's turns, and each pane's own replies to them
     const state = { users: saved.users || [], replies: saved.replies || [[], []], models: saved.models || [] };
+    state.replies.flat().forEach((r) => { if (r) r.streaming = false; });  // a reply cut by a reload streams no more
     const panes = ["pane-a", "pane-b"].map((id) => document.getElementById(id));
     panes.forEach((pane, p) => {
       const select = pane.querySelector(".model");
@@ -441,7 +442,8 @@ const studio = (() => {
       pane.querySelector(".messages").replaceChildren(...state.users.flatMap((text, i) => {
         const reply = state.replies[p][i];
         return [el("div", { class: "message user" }, text),
-          ...(reply ? [el("div", { class: "message assistant" + (reply.failed ? " failed" : ""), "data-turn": String(i) }, reply.text)] : [])];
+          ...(reply ? [el("div", { class: "message assistant" + (reply.failed ? " failed" : "") + (reply.streaming ? " streaming" : ""),
+            "data-turn": String(i) }, reply.text)] : [])];
       }));
     });
     const number = (id) => Number(document.getElementById(id).value);
@@ -454,7 +456,7 @@ const studio = (() => {
       const stop = document.getElementById("stop").value.split(",").map((s) => s.trim()).filter(Boolean);
       const body = { run, checkpoint, messages, temperature: number("temperature"), top_p: number("top_p"),
         max_tokens: number("max_tokens"), seed: number("seed"), stream: true, ...(stop.length ? { stop } : {}) };
-      const reply = state.replies[p][turn] = { text: "" };
+      const reply = state.replies[p][turn] = { text: "", streaming: true };
       try {
         const response = await fetch(withToken("/api/chat"), { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
         if (!response.ok) {
@@ -479,6 +481,7 @@ const studio = (() => {
           }
         }
       } catch (e) { reply.text = e.message; reply.failed = true; }
+      reply.streaming = false;
       save();
       show();
     };
