@@ -109,20 +109,23 @@ def _bearer_check(api_key: str | None):
     async def check(request: Request) -> None:
         if api_key is None:
             return
-        given = request.headers.get("authorization", "")
-        if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+        if not _sends_bearer(request, api_key):
             raise APIError(401, "a valid API key is required: send 'Authorization: Bearer <key>'",
                            code="invalid_api_key", type="authentication_error")
 
     return check
 
 
+def _sends_bearer(request: Request, secret: str) -> bool:
+    """Whether the request carries 'Authorization: Bearer <secret>' (compared in constant time)."""
+    given = request.headers.get("authorization", "")
+    return secrets.compare_digest(given.encode(), f"Bearer {secret}".encode())
+
+
 def _admin_check(request: Request, admin_token: str | None) -> None:
     """Loopback callers, or callers with 'Authorization: Bearer <admin token>'; 403 for anyone else."""
-    if admin_token is not None:
-        given = request.headers.get("authorization", "")
-        if secrets.compare_digest(given.encode(), f"Bearer {admin_token}".encode()):
-            return
+    if admin_token is not None and _sends_bearer(request, admin_token):
+        return
     if request.client is None or request.client.host not in LOOPBACK:
         raise APIError(403, "the admin endpoints answer callers on the server's machine, or ones that send "
                        "'Authorization: Bearer <admin token>' (tinylm serve --admin-token)",

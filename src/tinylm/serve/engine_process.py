@@ -35,7 +35,7 @@ from tinylm.errors import TinyLMError
 from tinylm.inference.loading import load_for_generation
 from tinylm.serve.events import Failed, Finished
 from tinylm.serve.reload import ReloadRefused
-from tinylm.serve.scheduler import Job, Scheduler
+from tinylm.serve.scheduler import Job, Scheduler, fit_to_window
 
 START_TIMEOUT_S = 600.0  # loading a large checkpoint and measuring its decode precision take a while
 FLUSH_S = 0.002  # a step's events wait at most this long for the next step's: fewer wake-ups of the server
@@ -121,11 +121,9 @@ class EngineClient:
 
     # ---- requests -------------------------------------------------------------------------------------
     def submit(self, job: Job) -> Job:
-        if not 1 <= len(job.prompt) <= self.window:
-            raise ValueError(f"a prompt has 1 to {self.window} tokens, got {len(job.prompt)}")
+        fit_to_window(job, self.window)
         if self.dead is not None:
             raise RuntimeError(self.dead)
-        job.max_tokens = min(job.max_tokens, self.window - len(job.prompt))
         number = job.engine_id = next(self.ids)
         self.jobs[number] = job
         try:

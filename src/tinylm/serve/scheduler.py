@@ -106,9 +106,7 @@ class Scheduler:
         return self
 
     def submit(self, job: Job) -> Job:
-        if not 1 <= len(job.prompt) <= self.window:
-            raise ValueError(f"a prompt has 1 to {self.window} tokens, got {len(job.prompt)}")
-        job.max_tokens = min(job.max_tokens, self.window - len(job.prompt))
+        fit_to_window(job, self.window)
         with self.wake:
             if self.stopping:
                 raise RuntimeError("the server is shutting down")
@@ -306,6 +304,13 @@ class Scheduler:
         if (metrics.running, metrics.waiting) != (running, waiting):  # most steps change neither
             with metrics.lock:
                 metrics.running, metrics.waiting = running, waiting
+
+
+def fit_to_window(job: Job, window: int) -> None:
+    """Refuse a prompt the window cannot hold (ValueError), and cut `max_tokens` to the room it leaves."""
+    if not 1 <= len(job.prompt) <= window:
+        raise ValueError(f"a prompt has 1 to {window} tokens, got {len(job.prompt)}")
+    job.max_tokens = min(job.max_tokens, window - len(job.prompt))
 
 
 def _top(logprobs: torch.Tensor, k: int) -> tuple[tuple[int, float], ...]:

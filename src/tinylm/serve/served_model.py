@@ -86,4 +86,3 @@ class ServedModel:
     @property
     def vocab_size(self) -> int:
         return self.model.config.vocab_size
-

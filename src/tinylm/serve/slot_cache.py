@@ -51,7 +51,7 @@ class RightAlignedRows:
         """Shift the rows left so that t more columns fit (raises if a row would outgrow the capacity)."""
         if self.length + t <= self.capacity:
             return
-        shift = int(self.start[: self.rows].min()) if self.rows else self.length
+        shift = min(self.starts) if self.starts else self.length
         if self.length - shift + t > self.capacity:
             raise ValueError(f"a row of {self.length - shift} tokens + {t} does not fit capacity {self.capacity}")
         self._shift(-shift)

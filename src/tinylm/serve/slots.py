@@ -42,10 +42,7 @@ class Prefill:
 
     def keep(self, hidden: torch.Tensor, lm_head: nn.Module) -> None:
         """Keep the logits of this chunk's hidden states [T, n_embed]: all of them, or only the newest."""
-        if not self.keep_all_logits:
-            self.logits.clear()
-            hidden = hidden[-1:]
-        self.logits.append(lm_head(hidden).float())
+        self.keep_logits(lm_head(hidden if self.keep_all_logits else hidden[-1:]).float())
 
     def keep_logits(self, logits: torch.Tensor) -> None:
         """Keep this chunk's logits [T or 1, vocab] (already only the newest when not all are wanted)."""

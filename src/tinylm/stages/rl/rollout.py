@@ -62,7 +62,8 @@ class Rollouts:
 
 
 def row_seeds(prompt_seeds: Sequence[int], group_size: int) -> list[int]:
-    """One seed per row from one seed per prompt: sample g of a prompt seeded by (prompt seed, g)."""
+    """One seed per row from one seed per prompt: sample g of a prompt seeded S is seeded S * 1,000,003 + g, so
+    a server that seeds choice g of a request by its seed + g draws the rows from row_seeds([S], 1)[0]."""
     return [(s * 1_000_003 + g) % 2**63 for s in prompt_seeds for g in range(group_size)]
 
 

@@ -39,9 +39,8 @@ from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.inference.sampling import SamplingParams
 from tinylm.models.lora import base_state_dict, has_lora, lora_modules, lora_state_dict, merged_weights
-from tinylm.stages.rl.rollout import Rollouts, layout
+from tinylm.stages.rl.rollout import Rollouts, layout, row_seeds
 
-ROW_SEED_STRIDE = 1_000_003  # row_seeds: row g of a prompt seeded S is seeded S * stride + g
 TOKEN_ENV = "TINYLM_ROLLOUT_TOKEN"  # the bearer token sent to the server (its --api-key / --admin-token)
 WEIGHTS = "rollout-weights"  # RUN/rollout-weights/checkpoints/step_N: what the server is told to load
 SYNCS = ("reload", "none")
@@ -125,7 +124,7 @@ class RolloutServer:
                  seed: int, stops: list[int]) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model, "prompt": list(prompt), "n": group_size, "max_tokens": max_new_tokens,
-            "temperature": sampling.temperature, "seed": seed * ROW_SEED_STRIDE % 2**63, "logprobs": 0,
+            "temperature": sampling.temperature, "seed": row_seeds([seed], 1)[0], "logprobs": 0,
             "return_tokens_as_token_ids": True, "stop_token_ids": stops, "ignore_eos": True,
         }
         if sampling.top_k is not None:
