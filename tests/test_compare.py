@@ -135,7 +135,9 @@ def test_a_read_only_out_is_refused_before_any_training(monkeypatch: pytest.Monk
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(tmp_path / "cmp"))
 
     monkeypatch.setattr(compare, "run_training", never)
-    monkeypatch.setattr(compare.tempfile, "TemporaryFile", read_only)
+    import tinylm.bench.result_files as result_files
+
+    monkeypatch.setattr(result_files.tempfile, "TemporaryFile", read_only)
     assert main(["compare", "--archs", "modern", "--steps", "2", "--out", str(tmp_path / "cmp")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"tinylm: error: cannot write to --out {tmp_path / 'cmp'}: Read-only file system"]

@@ -100,6 +100,20 @@ def test_init_statistics_follow_gpt2_rule() -> None:
     assert not any(m.bias is not None for m in model.modules() if isinstance(m, torch.nn.Linear)), "no biases"
 
 
+@pytest.mark.parametrize("arch", ["modern", "classic"])
+def test_zero_init_head_starts_an_untied_head_at_zero_and_the_loss_at_ln_v(arch: str) -> None:
+    torch.manual_seed(0)
+    config = preset_config("tiny", arch, vocab_size=512, n_blocks=2, tie_embeddings=False, zero_init_head=True)
+    model = build_model(config)
+    assert torch.count_nonzero(model.lm_head.weight) == 0
+    assert model.token_embed.weight.std().item() > 0.015  # the embedding keeps its own N(0, 0.02)
+    idx = torch.randint(0, 512, (2, 16))
+    _, loss = model(idx, idx)
+    assert abs(loss.item() - math.log(512)) < 1e-5  # every logit 0: exactly ln V (a head bias starts at zero too)
+    with pytest.raises(ValueError, match="zero_init_head.*tie_embeddings=False"):
+        preset_config("tiny", "modern", zero_init_head=True)
+
+
 def test_residual_scaling_depends_on_depth() -> None:
     torch.manual_seed(0)
     stds = {}

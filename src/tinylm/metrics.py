@@ -33,7 +33,8 @@ def _clean(value: Any) -> Any:
     return value
 
 
-NUMERIC_FIELDS = ("loss", "lr", "tokens", "tokens_per_s", "mfu", "grad_norm", "elapsed_s", "dev_loss", "dev_bpb")
+NUMERIC_FIELDS = ("loss", "lr", "tokens", "tokens_per_s", "mfu", "grad_norm", "elapsed_s", "train_s", "dev_loss",
+                  "dev_bpb")
 NON_FINITE = ("nan", "inf", "-inf")  # how `_clean` writes them
 
 

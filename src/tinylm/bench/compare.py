@@ -16,18 +16,17 @@ Results go into `--out`:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import shutil
 import statistics
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tinylm.bench.result_files import check_writable, write_result_files
 from tinylm.bench.variants import VARIANTS, variant_overrides
-from tinylm.errors import TinyLMError, io_failure
+from tinylm.errors import TinyLMError
 from tinylm.metrics import read_metrics
 from tinylm.models.factory import build_model
 from tinylm.presets import preset_config
@@ -143,36 +142,10 @@ def run_compare(opts: CompareOptions, say=lambda line: None) -> dict[str, Any]:
     return result
 
 
-def check_writable(out: Path) -> None:
-    """Refuse a read-only, full or forbidden --out in one line, before minutes of training are spent."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as exc:
-        raise TinyLMError(f"cannot write to --out {out}: {io_failure(exc)}") from None
-
-
 def write_results(result: dict[str, Any], out: Path) -> None:
-    """compare.json, compare.md and compare.png, each complete or absent: written aside, then renamed."""
+    """compare.json, compare.md and compare.png, each complete or absent."""
     texts = {"compare.json": json.dumps(result, indent=2) + "\n", "compare.md": format_markdown(result)}
-    staged = {out / name: out / f".{name}.tmp" for name in (*texts, "compare.png")}
-    try:
-        for final, tmp in staged.items():
-            if final.name in texts:
-                tmp.write_text(texts[final.name], encoding="utf-8")
-            else:
-                plot_compare(result, tmp)
-        for final, tmp in staged.items():
-            tmp.replace(final)
-    except Exception as exc:
-        reason = io_failure(exc)
-        if reason is None:
-            raise
-        for tmp in staged.values():
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-        raise TinyLMError(f"cannot write the comparison into {out}: {reason}") from None
+    write_result_files(out, texts, {"compare.png": lambda path: plot_compare(result, path)}, "the comparison")
 
 
 def _mean_std(values: list[float | None]) -> dict[str, float | None]:

@@ -24,7 +24,7 @@ from tinylm.options_file import apply_options, load_options_file
 from tinylm.stages import STAGES, StageSpec, command_of, stage_of_command
 
 TOOLS: tuple[str, ...] = ("generate", "chat", "eval", "serve", "export", "import", "report", "bench", "compare",
-                          "plot", "pipeline", "studio")
+                          "speedrun", "plot", "pipeline", "studio")
 COMMANDS: tuple[str, ...] = ("prepare", *(command_of(name) for name in STAGES), *TOOLS)
 
 

@@ -55,6 +55,7 @@ _MLA = "MLA only: unused with attention='standard', the only attention the fast 
 IRRELEVANT: dict[str, str] = {
     "dropout": "decoding runs the model in eval mode, where dropout is the identity",
     "init_std": "initialization only: decoding reads the weights as they are",
+    "zero_init_head": "initialization only: decoding reads the weights as they are",
     "gradient_checkpointing": "training only: the model checkpoints only when training without a cache",
     "moe_aux_loss_coef": "scales the training loss's load-balancing term, not the logits",
     "extra": "free-form metadata that no model reads",

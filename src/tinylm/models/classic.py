@@ -104,7 +104,7 @@ class ClassicGPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embed, config.vocab_size, bias=config.head_bias)
         if config.tie_embeddings:
             self.lm_head.weight = self.token_embed.weight
-        init_gpt2(self, config.n_blocks, config.init_std)
+        init_gpt2(self, config.n_blocks, config.init_std, config.zero_init_head)
 
     def forward_hidden(
         self,

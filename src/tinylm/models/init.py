@@ -5,6 +5,10 @@ instead starts every weight at N(0, 0.02) (`init_std`), biases at zero, and the 
 write into the residual stream smaller still, at 0.02 / sqrt(2 * n_blocks): each block adds to the
 stream twice, so 2L random contributions add up, and scaling each down by sqrt(2L) keeps the
 stream's size independent of depth.
+
+`zero_init_head` (untied heads only) starts the output head at zero instead, as modded-nanogpt does:
+the first logits are all equal (the loss starts at exactly ln V), the head learns first, and the
+gradient reaches the blocks once the head has moved off zero.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from torch import nn
 RESIDUAL_PROJECTIONS = ("o_proj", "down", "proj")
 
 
-def init_gpt2(model: nn.Module, n_blocks: int, std: float = 0.02) -> None:
+def init_gpt2(model: nn.Module, n_blocks: int, std: float = 0.02, zero_head: bool = False) -> None:
     residual_std = std / math.sqrt(2 * n_blocks)
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
@@ -27,3 +31,6 @@ def init_gpt2(model: nn.Module, n_blocks: int, std: float = 0.02) -> None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=std)
+    head = getattr(model, "lm_head", None)
+    if zero_head and head is not None:
+        nn.init.zeros_(head.weight)

@@ -89,6 +89,9 @@ class TrainConfig:
                                        "last step), counted across resumes; the lr schedule is planned against "
                                        "them too, so its decay happens inside the budget", low=0, low_open=True,
                                        metavar="SECONDS", group=BUDGET)(None)
+    target_dev_bpb: float | None = Option("stop at the first evaluation whose dev bits per byte is at or below X "
+                                          "(pretraining; a resumed run checks at its next evaluation)", low=0,
+                                          low_open=True, metavar="X", group=BUDGET)(None)
     # optimizer and schedule
     optimizer: str = Option("adamw, or muon for the matrices (AdamW for the rest)", choices=OPTIMIZERS,
                             group=OPTIMIZER)("adamw")
@@ -108,6 +111,9 @@ class TrainConfig:
     # evaluation, logging, checkpoints
     eval_every: int = Option("steps between evaluations; 0 = only at the end", low=0, group=LOGGING)(100)
     eval_batches: int = Option("dev batches per evaluation", low=1, group=LOGGING)(20)
+    eval_batch_size: int | None = Option("rows per dev batch (default: --batch-size); runs with different batches "
+                                         "given one value are scored on the same dev rows", low=1,
+                                         group=LOGGING)(None)
     log_every: int = Option("steps between log lines", low=1, group=LOGGING)(10)
     checkpoint_every: int = Option("steps between checkpoints; 0 = only at the end (and on Ctrl-C / time budget)",
                                    low=0, group=LOGGING)(0)

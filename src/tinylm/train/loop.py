@@ -65,7 +65,7 @@ from tinylm.train.run_status import RunStatus
 from tinylm.train.schedule import apply_lr
 from tinylm.train.stage import Stage, StageContext, StageStart
 from tinylm.train.step import accumulate_gradients, clip_gradients
-from tinylm.train.summary import TrainSummary, budget_reached, nan_message, stop_reason
+from tinylm.train.summary import TrainSummary, budget_reached, nan_message, reached_target, stop_reason
 
 __all__ = ["TrainSummary", "run_training"]
 
@@ -296,6 +296,7 @@ class _Run:
             window_tokens += step_tokens
             window_time += step_time
             total_train_time += step_time
+            clock.stepped(step_time)
             total_tokens += step_tokens
             lr = self.optimizer.param_groups[0]["lr"]
             stopped = ("interrupted" if interrupted > 0 else "time_budget" if out_of_time > 0
@@ -305,13 +306,16 @@ class _Run:
                 mfu = model_flops_utilization(self.flops_per_token, tokens_per_s, self.peak, env.world_size)
                 logger.log({"step": self.step, "loss": loss_value, "lr": lr, "tokens": self.tokens,
                             "tokens_per_s": tokens_per_s, "mfu": mfu, "grad_norm": norm_value,
-                            **dict(zip(names, metric_values)), "elapsed_s": clock.at(step_end)})
+                            **dict(zip(names, metric_values)), "elapsed_s": clock.at(step_end),
+                            "train_s": clock.training})
                 window_tokens, window_time = 0.0, 0.0
                 self.status.running(self.step)
             self.progress.update(self.step, loss_value, lr, tokens_per_s, mfu)
             if cfg.eval_every and self.step % cfg.eval_every == 0:
                 evaluation = self._evaluate(logger) or evaluation
                 evaluated_at = self.step
+                if stopped is None and reached_target(cfg, evaluation):
+                    stopped = "target"
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and stopped is None:
                 self.checkpoints.save(self.step, self.tokens, {"loss": loss_value, **evaluation}, clock)
         self.progress.close()

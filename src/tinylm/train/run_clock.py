@@ -1,5 +1,9 @@
 """The run's clock: its training seconds across resumes, which --time-budget counts and the schedule reads.
 
+It also sums the steps' own seconds (`training`): the clock less evaluations, checkpoints and samples,
+what time-to-quality comparisons count (`tinylm speedrun`) so that how often a run evaluates does not
+change how fast it looks.
+
 Rank 0's clock is the run's. Its reading travels with each step's all-reduced flags, so every rank sets
 the same learning rate from it, and a checkpoint keeps it (with the last step's length, which predicts
 the next one's), so a resumed run goes on where it stopped. The loop takes the readings itself
@@ -18,12 +22,14 @@ class RunClock:
     step_seconds: float = 0.0  # the last step's length on that clock
     before: float = 0.0  # seconds spent before this invocation's loop began
     start: float = 0.0  # the perf_counter reading at which it began
+    training: float = 0.0  # the steps' own seconds, across resumes (this process's; ranks step in lockstep)
 
     @classmethod
     def resumed(cls, state: dict[str, Any] | None) -> RunClock:
         """The clock a checkpoint's train state left (zero for a fresh run or a checkpoint without one)."""
         state = state or {}
-        return cls(float(state.get("train_seconds", 0.0)), float(state.get("step_seconds", 0.0)))
+        return cls(float(state.get("train_seconds", 0.0)), float(state.get("step_seconds", 0.0)),
+                   training=float(state.get("step_seconds_total", 0.0)))
 
     def begin(self, reading: float) -> None:
         """The loop starts at `reading`: what came before is `before`."""
@@ -41,5 +47,9 @@ class RunClock:
         """Take rank 0's reading (every rank gets the same one from the all-reduce)."""
         self.step_seconds, self.seconds = max(0.0, seconds - self.seconds), seconds
 
+    def stepped(self, seconds: float) -> None:
+        """One optimizer step took `seconds` (from its start to its end, nothing around it)."""
+        self.training += seconds
+
     def state(self) -> dict[str, float]:
-        return {"train_seconds": self.seconds, "step_seconds": self.step_seconds}
+        return {"train_seconds": self.seconds, "step_seconds": self.step_seconds, "step_seconds_total": self.training}

@@ -30,7 +30,8 @@ from typing import Any
 from tinylm.train.run_lock import lock_holder
 
 STATUS_FILE = "status.json"
-ENDED = {"max_steps": "finished", "max_tokens": "finished", "time_budget": "finished", "nan": "failed"}
+ENDED = {"max_steps": "finished", "max_tokens": "finished", "time_budget": "finished", "target": "finished",
+         "nan": "failed"}
 
 
 def _now() -> str:

@@ -27,7 +27,7 @@ class TrainSummary:
     mfu: float | None
     params: int
     non_embedding_params: int
-    stopped: str  # max_steps | max_tokens | time_budget | interrupted | nan
+    stopped: str  # max_steps | max_tokens | time_budget | target | interrupted | nan
     wall_s: float
     sample: str | None = None
     stage: str = "pretrain"
@@ -43,6 +43,7 @@ def stop_reason(stopped: str, cfg: TrainConfig) -> str:
             "max_tokens": f"reached --max-tokens {cfg.max_tokens}",
             "time_budget": f"used the --time-budget of {cfg.time_budget:g} s (of training, across resumes: a larger "
                            "one continues the run)" if cfg.time_budget else "",
+            "target": f"an evaluation reached --target-dev-bpb {cfg.target_dev_bpb}",
             "interrupted": "interrupted; state saved, continue with --resume latest",
             "nan": "stopped on a non-finite loss"}[stopped]
 
@@ -57,6 +58,12 @@ def budget_reached(cfg: TrainConfig, step: int, tokens: int, seconds: float = 0.
     if cfg.time_budget is not None and seconds >= cfg.time_budget:
         return "time_budget"
     return None
+
+
+def reached_target(cfg: TrainConfig, evaluation: dict[str, float]) -> bool:
+    """An evaluation at or below --target-dev-bpb (every rank computes the same all-reduced value, so all agree)."""
+    bpb = evaluation.get("dev_bpb")
+    return cfg.target_dev_bpb is not None and bpb is not None and bpb <= cfg.target_dev_bpb
 
 
 def nan_message(loss: float, norm: float, step: int, run_dir: Path) -> str:

@@ -40,7 +40,7 @@ class ModernGPT(nn.Module):
             self.lm_head.weight = self.token_embed.weight  # the same Parameter object
         rope_dim = config.qk_rope_head_dim if config.attention == "mla" else config.dim_per_head
         self.rope = RotaryEmbedding(rope_dim, config.context_length, config.rope_theta)
-        init_gpt2(self, config.n_blocks, config.init_std)
+        init_gpt2(self, config.n_blocks, config.init_std, config.zero_init_head)
 
     # ---- generation interface ------------------------------------------------------------------
     def new_cache(

@@ -63,9 +63,9 @@ class PretrainStage(Stage[TrainConfig]):
         env = ctx.env
         self.loader = BatchLoader(self.data_dir / "train.bin", cfg.batch_size, self.seq_len, seed=cfg.seed,
                                   rank=env.rank, world_size=env.world_size, device=str(ctx.device))
-        # eval_batches global batches (batch_size x world_size rows each): the same dev rows whatever the
-        # number of processes; each rank takes every world_size-th micro-batch, an equal share
-        dev = list(iter_sequential(self.data_dir / "dev.bin", cfg.batch_size, self.seq_len,
+        # eval_batches global batches (eval_batch_size, else batch_size, x world_size rows each): the same dev
+        # rows whatever the number of processes; each rank takes every world_size-th micro-batch, an equal share
+        dev = list(iter_sequential(self.data_dir / "dev.bin", cfg.eval_batch_size or cfg.batch_size, self.seq_len,
                                    max_batches=cfg.eval_batches * env.world_size))
         if len(dev) >= env.world_size:
             usable = len(dev) - len(dev) % env.world_size

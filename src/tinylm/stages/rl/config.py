@@ -30,7 +30,8 @@ class RLConfig(PostTrainConfig):
 
     # pretraining's sample options, and the data-file options RL (which samples its own answers) does not take
     hidden_options: ClassVar[tuple[str, ...]] = ("preset", "arch", "overrides", "prompt", "sample_tokens", "data",
-                                                 "eval_data", "dev_fraction", "on_error")
+                                                 "eval_data", "dev_fraction", "on_error", "eval_batch_size",
+                                                 "target_dev_bpb")
 
     task: str = Option(f"the prompts and their verifier: {known_tasks()}, or FILE.jsonl of "
                        "{\"prompt\", \"answer\"} rows (parameters: builtin:arith?digits=2&ops=+)", metavar="SPEC",

@@ -4,7 +4,7 @@
 const studio = (() => {
   const params = new URLSearchParams(location.search);
   const token = params.get("token");
-  const X_FIELDS = new Set(["step", "tokens", "elapsed_s", "epoch"]);
+  const X_FIELDS = new Set(["step", "tokens", "elapsed_s", "train_s", "epoch"]);
   const COLORS = ["#2f6fde", "#e0552c", "#2a9d5b", "#9b4bd6", "#c28a00", "#d6336c", "#0d8a8a", "#666"];
 
   const withToken = (url) => token ? url + (url.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(token) : url;
