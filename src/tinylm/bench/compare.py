@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tinylm.bench.result_files import check_writable, write_result_files
+from tinylm.bench.result_files import check_writable, save_figure, write_result_files
 from tinylm.bench.variants import VARIANTS, variant_overrides
 from tinylm.errors import TinyLMError
 from tinylm.metrics import read_metrics
@@ -208,8 +208,4 @@ def plot_compare(result: dict[str, Any], path: Path) -> Path:
     by_tokens.legend()
     fig.suptitle(f"tinylm compare: {result['preset']}, {result['budget']}")
     fig.tight_layout()
-    try:
-        fig.savefig(path, format="png", dpi=110)
-    finally:
-        plt.close(fig)
-    return path
+    return save_figure(fig, path)

@@ -45,3 +45,14 @@ def write_result_files(out: Path, texts: dict[str, str], plots: dict[str, Callab
             with contextlib.suppress(OSError):
                 tmp.unlink()
         raise TinyLMError(f"cannot write {what} into {out}: {reason}") from None
+
+
+def save_figure(fig: object, path: Path) -> Path:
+    """A matplotlib figure as a PNG at `path`, closed whatever happens (a failed save must not leak it)."""
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.savefig(path, format="png", dpi=110)  # type: ignore[attr-defined]
+    finally:
+        plt.close(fig)  # type: ignore[arg-type]
+    return path

@@ -28,6 +28,7 @@ from typing import Any
 
 from tinylm.bench.recipes import Recipe, parse_recipe
 from tinylm.bench.result_files import check_writable, write_result_files
+from tinylm.bench.speedrun_report import format_markdown, plot_curves
 from tinylm.bench.time_to_target import finite_or_none, median_ratio, ratio, reach
 from tinylm.checkpoint.read import read_checkpoint_config
 from tinylm.errors import TinyLMError
@@ -231,8 +232,6 @@ def _mean_std(values: list[float]) -> dict[str, float | None]:
 
 
 def write_results(result: dict[str, Any], out: Path) -> None:
-    from tinylm.bench.speedrun_report import format_markdown, plot_curves
-
     write_result_files(out, {"speedrun.json": json.dumps(result, indent=2) + "\n",
                              "speedrun.md": format_markdown(result)},
                        {"speedrun.png": lambda path: plot_curves(result, path)}, "the speedrun's results")

@@ -6,6 +6,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from tinylm.bench.result_files import save_figure
+
 
 def _stat(stat: dict[str, float | None], fmt: str) -> str:
     if stat["mean"] is None:
@@ -80,8 +82,4 @@ def plot_curves(result: dict[str, Any], path: Path) -> Path:
     ax.legend(fontsize=8)
     ax.set_title(f"tinylm speedrun: {result['preset']}, reference {result['reference']}")
     fig.tight_layout()
-    try:
-        fig.savefig(path, format="png", dpi=110)
-    finally:
-        plt.close(fig)
-    return path
+    return save_figure(fig, path)

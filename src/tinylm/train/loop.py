@@ -227,7 +227,7 @@ class _Run:
         last_loss: float | None = None
         evaluation: dict[str, float] = {}
         evaluated_at = -1
-        window_tokens, window_time, total_train_time, total_tokens = 0.0, 0.0, 0.0, 0.0
+        window_tokens, window_time, total_tokens, trained_before = 0.0, 0.0, 0.0, self.clock.training
         tokens_per_s, mfu = 0.0, None
         last_step_time, last_tail = self.clock.step_seconds, 0.0
         stopped = budget_reached(cfg, self.step, self.tokens, self.clock.planned_end())
@@ -291,12 +291,10 @@ class _Run:
             self.tokens += self.tokens_per_step
             last_loss = loss_value
             step_end = time.perf_counter()
-            step_time = last_step_time = step_end - t0
+            step_time = last_step_time = clock.stepped(step_end - t0)
             last_tail = step_end - reading
             window_tokens += step_tokens
             window_time += step_time
-            total_train_time += step_time
-            clock.stepped(step_time)
             total_tokens += step_tokens
             lr = self.optimizer.param_groups[0]["lr"]
             stopped = ("interrupted" if interrupted > 0 else "time_budget" if out_of_time > 0
@@ -304,23 +302,21 @@ class _Run:
             if self.step % cfg.log_every == 0 or stopped is not None or self.step == start_step + 1:
                 tokens_per_s = window_tokens / max(window_time, 1e-9)
                 mfu = model_flops_utilization(self.flops_per_token, tokens_per_s, self.peak, env.world_size)
-                logger.log({"step": self.step, "loss": loss_value, "lr": lr, "tokens": self.tokens,
-                            "tokens_per_s": tokens_per_s, "mfu": mfu, "grad_norm": norm_value,
-                            **dict(zip(names, metric_values)), "elapsed_s": clock.at(step_end),
-                            "train_s": clock.training})
+                logger.log({"step": self.step, "loss": loss_value, "lr": lr, "tokens": self.tokens, "mfu": mfu,
+                            "tokens_per_s": tokens_per_s, "grad_norm": norm_value, "elapsed_s": clock.at(step_end),
+                            "train_s": clock.training, **dict(zip(names, metric_values))})
                 window_tokens, window_time = 0.0, 0.0
                 self.status.running(self.step)
             self.progress.update(self.step, loss_value, lr, tokens_per_s, mfu)
             if cfg.eval_every and self.step % cfg.eval_every == 0:
                 evaluation = self._evaluate(logger) or evaluation
                 evaluated_at = self.step
-                if stopped is None and reached_target(cfg, evaluation):
-                    stopped = "target"
+                stopped = stopped or ("target" if reached_target(cfg, evaluation) else None)
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and stopped is None:
                 self.checkpoints.save(self.step, self.tokens, {"loss": loss_value, **evaluation}, clock)
         self.progress.close()
         return self._finish(stopped, start_step, last_loss, evaluation, evaluated_at, logger,
-                            tokens_per_s=total_tokens / total_train_time if total_train_time > 0 else 0.0, mfu=mfu)
+                            tokens_per_s=total_tokens / max(clock.training - trained_before, 1e-9), mfu=mfu)
 
     def _step_weight(self, batches: list[Any]) -> float:
         """Units (target tokens, pairs...) of the whole step: all micro-batches, all ranks."""

@@ -47,9 +47,10 @@ class RunClock:
         """Take rank 0's reading (every rank gets the same one from the all-reduce)."""
         self.step_seconds, self.seconds = max(0.0, seconds - self.seconds), seconds
 
-    def stepped(self, seconds: float) -> None:
-        """One optimizer step took `seconds` (from its start to its end, nothing around it)."""
+    def stepped(self, seconds: float) -> float:
+        """One optimizer step took `seconds` (from its start to its end, nothing around it); returns them."""
         self.training += seconds
+        return seconds
 
     def state(self) -> dict[str, float]:
         return {"train_seconds": self.seconds, "step_seconds": self.step_seconds, "step_seconds_total": self.training}
