@@ -17,14 +17,12 @@ Results go into `--out`:
 from __future__ import annotations
 
 import json
-import math
 import shutil
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tinylm.bench.result_files import check_writable, save_figure, write_result_files
+from tinylm.bench.result_files import check_writable, mean_std, save_figure, write_result_files
 from tinylm.bench.variants import VARIANTS, variant_overrides
 from tinylm.errors import TinyLMError
 from tinylm.metrics import read_metrics
@@ -131,7 +129,7 @@ def run_compare(opts: CompareOptions, say=lambda line: None) -> dict[str, Any]:
         total, active = _model_sizes(opts.preset, candidate)
         rows.append({"candidate": candidate.name, "description": candidate.description, "params": total,
                      "active_params": active, "seeds": len(mine),
-                     **{key: _mean_std([s[key] for s in mine]) for key in
+                     **{key: mean_std([s[key] for s in mine]) for key in
                         ("tokens_per_s", "dev_loss", "dev_bpb", "steps", "tokens", "wall_s")}})
     budget_text = (f"{opts.steps} steps each" if opts.steps is not None
                    else f"{opts.time_budget:g} s of training each")
@@ -146,13 +144,6 @@ def write_results(result: dict[str, Any], out: Path) -> None:
     """compare.json, compare.md and compare.png, each complete or absent."""
     texts = {"compare.json": json.dumps(result, indent=2) + "\n", "compare.md": format_markdown(result)}
     write_result_files(out, texts, {"compare.png": lambda path: plot_compare(result, path)}, "the comparison")
-
-
-def _mean_std(values: list[float | None]) -> dict[str, float | None]:
-    known = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    if not known:
-        return {"mean": None, "std": None}
-    return {"mean": statistics.fmean(known), "std": statistics.stdev(known) if len(known) > 1 else 0.0}
 
 
 def _cell(stat: dict[str, float | None], fmt: str) -> str:

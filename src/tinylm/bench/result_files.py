@@ -8,6 +8,8 @@ leaves a half table beside an old plot.
 from __future__ import annotations
 
 import contextlib
+import math
+import statistics
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -56,3 +58,11 @@ def save_figure(fig: object, path: Path) -> Path:
     finally:
         plt.close(fig)  # type: ignore[arg-type]
     return path
+
+
+def mean_std(values: list[float | None]) -> dict[str, float | None]:
+    """Mean and standard deviation over the seeds of the finite values (None where there are none)."""
+    known = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not known:
+        return {"mean": None, "std": None}
+    return {"mean": statistics.fmean(known), "std": statistics.stdev(known) if len(known) > 1 else 0.0}

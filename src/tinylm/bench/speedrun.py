@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tinylm.bench.recipes import Recipe, parse_recipe
-from tinylm.bench.result_files import check_writable, write_result_files
+from tinylm.bench.result_files import check_writable, mean_std, write_result_files
 from tinylm.bench.speedrun_report import format_markdown, plot_curves
 from tinylm.bench.time_to_target import finite_or_none, median_ratio, ratio, reach
 from tinylm.checkpoint.read import read_checkpoint_config
@@ -165,12 +164,12 @@ def run_speedrun(opts: SpeedrunOptions, say=lambda line: None) -> dict[str, Any]
             if summary.stopped not in ("max_tokens", "max_steps", "target"):
                 raise TinyLMError(f"speedrun: {entry.name} (seed {seed}) stopped early ({summary.stopped}); "
                                   f"see {run_dir}/metrics.jsonl")
-            if not pins:
-                pins = pinned_choices(summary.checkpoint)  # the first run's choices hold for all the others
+            choices = pinned_choices(summary.checkpoint)
+            pins = pins or choices  # the first run's choices hold for all the others
             curve = dev_curve(run_dir)
             runs.append({"recipe": entry.name, "seed": seed, "summary": summary.to_dict(), "curve": curve,
                          "train_s": curve[-1]["train_s"] if curve else None,
-                         "choices": pinned_choices(summary.checkpoint)})
+                         "choices": choices})
             say(f"speedrun: {entry.name}, seed {seed}: dev bpb {summary.dev_bpb:.4f} after "
                 f"{runs[-1]['train_s'] or 0:.1f} s of training")
     result = summarize(opts, entries, budget, runs)
@@ -204,12 +203,12 @@ def summarize(opts: SpeedrunOptions, entries: list[Entry], budget: int, runs: li
             "recipe": entry.name, "spec": entry.recipe.spec, "description": entry.recipe.description,
             "time_to_target_ratio": median_ratio(ratios), "ratios": [finite_or_none(x) for x in ratios],
             "reached": len(reached), "seeds": len(mine),
-            **{f"{axis}_to_target": _mean_std([p[axis] for p in reached]) for axis in ("train_s", "step", "tokens")},
-            "final_dev_bpb": _mean_std([r["summary"]["dev_bpb"] for r in mine]),
+            **{f"{axis}_to_target": mean_std([p[axis] for p in reached]) for axis in ("train_s", "step", "tokens")},
+            "final_dev_bpb": mean_std([r["summary"]["dev_bpb"] for r in mine]),
             "final_dev_bpbs": [r["summary"]["dev_bpb"] for r in mine],
-            "train_s": _mean_std([r["train_s"] for r in mine if r["train_s"] is not None]),
-            "tokens_per_s": _mean_std([r["summary"]["tokens_per_s"] for r in mine]),
-            "mfu": _mean_std([r["summary"]["mfu"] for r in mine if r["summary"]["mfu"] is not None]),
+            "train_s": mean_std([r["train_s"] for r in mine if r["train_s"] is not None]),
+            "tokens_per_s": mean_std([r["summary"]["tokens_per_s"] for r in mine]),
+            "mfu": mean_std([r["summary"]["mfu"] for r in mine if r["summary"]["mfu"] is not None]),
             "params": mine[0]["summary"]["params"] if mine else None,
         })
     first = rows[1] if len(rows) > 1 else rows[0]
@@ -223,12 +222,6 @@ def summarize(opts: SpeedrunOptions, entries: list[Entry], budget: int, runs: li
         "stopped_at_target": opts.stop_at_target,
         "rows": rows, "runs": runs,
     }
-
-
-def _mean_std(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"mean": None, "std": None}
-    return {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0}
 
 
 def write_results(result: dict[str, Any], out: Path) -> None:
