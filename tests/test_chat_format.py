@@ -95,7 +95,7 @@ def test_layout_and_stop_ids(fmt: ChatFormat) -> None:
     tok = fmt.tokenizer
     rendered = fmt.render([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
                            {"role": "assistant", "content": "Hello"}])
-    system, user, assistant, end = (tok.special_tokens[t] for t in CHAT_TOKENS)
+    system, user, assistant, end = (tok.special_tokens[t] for t in CHAT_TOKENS[:4])
     hi, hello = tok.encode_ordinary("Hi"), tok.encode_ordinary("Hello")
     assert rendered.ids == [tok.eot_id, system, *tok.encode_ordinary("Be brief."), end, user, *hi, end,
                             assistant, *hello, end]
@@ -112,7 +112,7 @@ def test_nothing_to_learn_is_reported(fmt: ChatFormat) -> None:
 
 
 @pytest.mark.parametrize(("messages", "error"), [
-    ([{"role": "bot", "content": "hi"}], "unknown role 'bot' (expected system, user, assistant)"),
+    ([{"role": "bot", "content": "hi"}], "unknown role 'bot' (expected system, user, assistant, tool)"),
     ([{"role": "user", "content": 3}], "content must be a string, got int"),
     ([{"role": "user", "content": "a"}, {"role": "system", "content": "b"}], "a system message may only come first"),
     ([], "at least one message"),
@@ -129,7 +129,7 @@ def test_invalid_conversations_are_refused_in_one_line(fmt: ChatFormat, messages
 
 
 def test_prompt_must_not_end_with_the_assistant(fmt: ChatFormat) -> None:
-    with pytest.raises(TinyLMError, match="ends with a user or system message"):
+    with pytest.raises(TinyLMError, match="ends with a user, system or tool message"):
         fmt.prompt_ids([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}])
     assert fmt.prompt_ids([{"role": "system", "content": "s"}])[-1] == fmt.role_ids["assistant"]
 

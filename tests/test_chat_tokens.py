@@ -70,7 +70,7 @@ def test_an_older_bpe_gets_them_appended_and_keeps_every_old_id(tmp_path: Path) 
     new, added = with_chat_tokens(old)
     assert added == list(CHAT_TOKENS) and new.backend == "tiktoken"
     assert {t: new.token_to_id(t) for t in added} == {t: old.n_vocab + i for i, t in enumerate(added)}
-    assert new.n_vocab == new.vocab_size == old.n_vocab + 4 and new.eot_id == old.eot_id
+    assert new.n_vocab == new.vocab_size == old.n_vocab + len(CHAT_TOKENS) and new.eot_id == old.eot_id
     for text in TEXTS + [CHAT]:
         assert new.encode_ordinary(text) == old.encode_ordinary(text)
     assert new.encode(CHAT) == _hf_ids(new.to_json(), CHAT)
@@ -112,8 +112,8 @@ def test_r50k_gets_them_after_eot_in_its_padding_and_saves_them(tmp_path: Path,
     old = load_r50k()
     new, added = with_chat_tokens(old)
     assert added == list(CHAT_TOKENS) and new.backend == "tiktoken"
-    assert [new.token_to_id(t) for t in added] == [263, 264, 265, 266]  # after EOT = 262
-    assert (new.n_vocab, new.vocab_size) == (267, old.vocab_size)  # the padded rows hold them: no growth needed
+    assert [new.token_to_id(t) for t in added] == list(range(263, 263 + len(CHAT_TOKENS)))  # after EOT = 262
+    assert (new.n_vocab, new.vocab_size) == (263 + len(CHAT_TOKENS), old.vocab_size)  # the padded rows hold them: no growth needed
     assert new.encode(CHAT) == [262, 263, *old.encode_ordinary("Be brief."), 266, 264, *old.encode_ordinary("Hi there"),
                                 266, 265, *old.encode_ordinary("Hello!"), 266]
     saved = new.save(tmp_path / "ckpt")

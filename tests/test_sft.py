@@ -23,6 +23,7 @@ from tinylm.metrics import read_samples
 from tinylm.stages.pretrain import pretrain
 from tinylm.stages.sft.config import SFTConfig
 from tinylm.stages.sft.stage import SFTStage
+from tinylm.tokenizer.chat_tokens import CHAT_TOKENS
 from tinylm.train.loop import run_training
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -157,9 +158,9 @@ def test_sft_adds_missing_chat_tokens_and_grows_the_embedding(tmp_path: Path,
     base = _base_without_chat_tokens(tmp_path)
     old_vocab = load_model(base)[0].config.vocab_size
     summary = run_training(sft_config(tmp_path / "sft", base=str(base), max_steps=2), stage=SFTStage())
-    assert "added the chat token(s) <|system|>, <|user|>, <|assistant|>, <|end|>" in capsys.readouterr().err
+    assert f"added the chat token(s) {', '.join(CHAT_TOKENS)}" in capsys.readouterr().err
     model, tokenizer, _ = load_model(summary.checkpoint)
-    assert model.config.vocab_size == old_vocab + 4 == tokenizer.n_vocab
+    assert model.config.vocab_size == old_vocab + len(CHAT_TOKENS) == tokenizer.n_vocab
     assert tokenizer.token_to_id("<|end|>") == old_vocab + 3
 
 

@@ -92,7 +92,7 @@ def conversation_windows(chat: ChatFormat, messages: Sequence[Mapping[str, str]]
     rendered = chat.render(messages)
     if len(rendered.ids) <= seq_len + 1:
         return TurnWindows([(rendered.ids, rendered.mask)])
-    pieces = [chat.render([message]) for message in messages]  # each the start token, then that one turn
+    pieces = [chat.render([message], check=False) for message in messages]  # each the start token, then its turn
     turns: list[Example] = [(piece.ids[1:], piece.mask[1:]) for piece in pieces]
     if messages[0]["role"] == "system":  # repeated at the head of every piece
         return turn_windows((pieces[0].ids, pieces[0].mask), turns[1:], seq_len)

@@ -1,8 +1,10 @@
 """The chat tokens: one special token per role and one that ends a turn, reserved or added.
 
 A chat model must tell who is speaking and where a turn ends from ids that no text can forge, so
-the markers are special tokens: `encode` turns their text into one id, `encode_ordinary` (what the
-chat renderer uses for message contents) never does. Every BPE that `tinylm prepare` trains reserves
+the markers are special tokens (and so are those of tool results, reasoning and tool calls, the
+agent tokens: a tokenizer from before them still chats, and gets them when SFT grows it): `encode`
+turns their text into one id, `encode_ordinary` (what the chat renderer uses for message contents)
+never does. Every BPE that `tinylm prepare` trains reserves
 them next to "<|endoftext|>" (`RESERVED_SPECIALS`); a tokenizer without them (an older run, r50k, an
 imported model) gets them from `with_chat_tokens`, appended after its last id, so every existing id
 keeps its meaning and a model needs only new rows for the new ids (models/vocab_growth.py).
@@ -19,7 +21,12 @@ from tinylm.tokenizer.tokenizer import Tokenizer
 
 ROLE_TOKENS: dict[str, str] = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>"}
 END_OF_TURN = "<|end|>"
-CHAT_TOKENS: tuple[str, ...] = (*ROLE_TOKENS.values(), END_OF_TURN)
+# the agent tokens: a tool result's turn, and the spans of an assistant turn that hold its reasoning and its calls
+TOOL_ROLE = "<|tool|>"
+THINK, END_THINK = "<|think|>", "<|/think|>"
+CALL, END_CALL = "<|call|>", "<|/call|>"
+AGENT_TOKENS: tuple[str, ...] = (TOOL_ROLE, THINK, END_THINK, CALL, END_CALL)
+CHAT_TOKENS: tuple[str, ...] = (*ROLE_TOKENS.values(), END_OF_TURN, *AGENT_TOKENS)
 RESERVED_SPECIALS: tuple[str, ...] = (EOT, *CHAT_TOKENS)  # what a new BPE reserves, in id order
 
 

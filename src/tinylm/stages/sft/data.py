@@ -7,11 +7,16 @@ columns are the keys below (`stages/row_files.py`), and may mix these shapes, de
     {"instruction": ..., "input": ..., "output": ...}                                         Alpaca
     {"prompt": ..., "response": ...}                                                          prompt/response
     {"conversations": [{"from": "human" | "gpt" | "system", "value": ...}]}                   ShareGPT
+    {"messages": [..., {"role": "assistant", "tool_calls": [...]}, {"role": "tool", ...}],
+     "tools": [{"type": "function", "function": {...}}]}                                    OpenAI / TRL with tools
 
 Alpaca becomes user = instruction (+ "\\n\\n" + input when there is one), assistant = output, and
-prompt/response one user and one assistant message. Roles must be system, user or assistant
-(ShareGPT's human -> user, gpt -> assistant), contents strings or OpenAI lists of text parts
-(`stages/messages.py`), and every conversation needs an assistant turn to learn from. A bad row
+prompt/response one user and one assistant message. Roles must be system, user, assistant or tool
+(ShareGPT's human -> user, gpt -> assistant; LLaMA-Factory's function_call -> an assistant's tool
+calls, observation -> tool), contents strings or OpenAI lists of text parts (`stages/messages.py`),
+and every conversation needs an assistant turn to learn from. A row's `tools` (a list, or its JSON
+text) declares what its calls may name; a call to an undeclared tool, arguments that are not a JSON
+object, or a tool turn with no call before it is a bad row. A bad row
 (malformed JSON, an unknown shape or role) stops the load with "PLACE: reason" (`on_error="stop"`),
 or is skipped and counted with its reason (`on_error="skip"`); a dataset with no conversation left
 is an error either way. Bytes that are not UTF-8 are noted (`notes`), or refused when most are.
@@ -21,6 +26,7 @@ then) and mapped row by row the same way.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +36,8 @@ from tinylm.stages.spec_rows import RowError, check_on_error, nothing_to_train, 
 from tinylm.tasks.registry import PREFIX as BUILTIN_PREFIX
 from tinylm.tasks.registry import get_task
 
-SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system"}
+SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "function_call": "assistant",
+                  "observation": "tool"}
 BUILTIN_DEFAULT_COUNT = 10_000  # conversations generated for a builtin: spec without a limit
 
 
@@ -56,8 +63,19 @@ def _sharegpt(turns: Any) -> list[Message]:
             raise RowError("a ShareGPT turn must be an object with 'from' and 'value'")
         if turn["from"] not in SHAREGPT_ROLES:
             raise RowError(f"unknown role {turn['from']!r} (allowed: {', '.join(SHAREGPT_ROLES)})")
-        messages.append({"role": SHAREGPT_ROLES[turn["from"]], "content": turn.get("value")})
+        if turn["from"] == "function_call":  # LLaMA-Factory's tool call: {"name", "arguments"} (or a list) as JSON
+            messages.append({"role": "assistant", "content": "", "tool_calls": _sharegpt_calls(turn.get("value"))})
+        else:
+            messages.append({"role": SHAREGPT_ROLES[turn["from"]], "content": turn.get("value")})
     return messages
+
+
+def _sharegpt_calls(value: Any) -> list[Any]:
+    try:
+        calls = json.loads(value) if isinstance(value, str) else value
+    except json.JSONDecodeError as error:
+        raise RowError(f"a function_call turn's value is not JSON ({error.msg})") from None
+    return calls if isinstance(calls, list) else [calls]
 
 
 def _alpaca(row: dict[str, Any]) -> list[Message]:
@@ -77,9 +95,9 @@ def messages_from_row(row: Any) -> list[Message]:
     if not isinstance(row, dict):
         raise RowError(f"expected a JSON object, got {type(row).__name__}")
     if "messages" in row:
-        return checked_messages(row["messages"])
+        return checked_messages(row["messages"], row.get("tools"))
     if "conversations" in row:
-        return checked_messages(_sharegpt(row["conversations"]))
+        return checked_messages(_sharegpt(row["conversations"]), row.get("tools"))
     if "instruction" in row and "output" in row:
         return checked_messages(_alpaca(row))
     if "prompt" in row and "response" in row:
