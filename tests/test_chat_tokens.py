@@ -113,7 +113,7 @@ def test_r50k_gets_them_after_eot_in_its_padding_and_saves_them(tmp_path: Path,
     new, added = with_chat_tokens(old)
     assert added == list(CHAT_TOKENS) and new.backend == "tiktoken"
     assert [new.token_to_id(t) for t in added] == list(range(263, 263 + len(CHAT_TOKENS)))  # after EOT = 262
-    assert (new.n_vocab, new.vocab_size) == (263 + len(CHAT_TOKENS), old.vocab_size)  # the padded rows hold them: no growth needed
+    assert (new.n_vocab, new.vocab_size) == (263 + len(CHAT_TOKENS), old.vocab_size)  # padded rows hold them
     assert new.encode(CHAT) == [262, 263, *old.encode_ordinary("Be brief."), 266, 264, *old.encode_ordinary("Hi there"),
                                 266, 265, *old.encode_ordinary("Hello!"), 266]
     saved = new.save(tmp_path / "ckpt")

@@ -34,6 +34,9 @@ FORBIDDEN: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("train",), ("stages", "cli")),
     (("runtime",), ("inference", "train", "stages", "evaluate", "serve", "interop", "pipeline", "bench", "cli")),
     (("tasks",), ("evaluate", "inference", "train", "stages", "cli")),
+    (("tools",), ("tasks", "evaluate", "inference", "train", "stages", "serve", "cli")),
+    (("sandbox",), ("tasks", "tools", "data", "models", "tokenizer", "inference", "evaluate", "train", "stages",
+                    "serve", "cli")),
 ]
 # area -> the only areas that may import it (besides itself)
 ONLY_IMPORTED_BY: dict[str, tuple[str, ...]] = {

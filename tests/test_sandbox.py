@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tinylm.tasks.sandbox import network_namespace_prefix, run_python
+from tinylm.sandbox import network_namespace_prefix, run_python
 
 
 def test_an_honest_program_runs_and_may_use_its_scratch_directory() -> None:

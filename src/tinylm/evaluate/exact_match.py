@@ -1,7 +1,9 @@
 """Exact-match and pass@k on a verifiable task: ask the model every held-out problem, let the verifier judge.
 
 The prompts are rendered with the chat format (ending with the assistant header), generated in one
-left-padded batch by the KV-cache engine until the end-of-turn token, decoded and verified. Greedy
+left-padded batch by the KV-cache engine until the end-of-turn token, decoded and verified. A task
+whose prompts declare tools (builtin:calc) runs through the tool loop (`inference/tool_loop.py`):
+the model's calls run, their results are appended, and the final answer is what is verified. Greedy
 by default, so the score is a deterministic function of the weights. The engine runs without the
 fused fast decoder, which re-lays the weights of a model that is still being trained.
 
@@ -18,14 +20,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
 from tinylm.inference.engine import Engine
 from tinylm.inference.sampling import SamplingParams
+from tinylm.inference.tool_loop import run_with_tools
 from tinylm.tasks.task import Example, Task
 from tinylm.tokenizer.chat_format import ChatFormat
+from tinylm.tools.registry import get_tools
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -42,16 +47,25 @@ class ExactMatch:
         return self.correct / self.total if self.total else 0.0
 
 
-def generate_replies(model: nn.Module, chat: ChatFormat, prompts: Sequence[list[dict[str, str]]], max_new_tokens: int,
-                     sampling: SamplingParams = GREEDY, seed: int = 0, batch_size: int = 64) -> list[str]:
-    """One reply text per prompt conversation, in order."""
+def generate_replies(model: nn.Module, chat: ChatFormat, prompts: Sequence[list[dict[str, Any]]], max_new_tokens: int,
+                     sampling: SamplingParams = GREEDY, seed: int = 0, batch_size: int = 64,
+                     tools: Sequence[str] = ()) -> list[str]:
+    """One reply text per prompt conversation, in order; with `tools`, the final answer after the tool loop."""
     was_training = model.training  # before the engine, which puts the model in eval mode
     engine = Engine(model, fast=False, keep=model.config.context_length)
     window = model.config.context_length
     replies: list[str] = []
     try:
         for first in range(0, len(prompts), batch_size):
-            ids = [chat.prompt_ids(p)[-(window - 1):] for p in prompts[first:first + batch_size]]
+            batch = prompts[first:first + batch_size]
+            if tools:
+                def generate(ids: list[list[int]], limits: list[int], _seed: int = seed + first) -> list[list[int]]:
+                    return engine.generate(ids, limits, sampling, seed=_seed, stop_ids=chat.stop_ids)
+
+                runs = run_with_tools(generate, chat, batch, get_tools(list(tools)), max_new_tokens, window)
+                replies += [run.final for run in runs]
+                continue
+            ids = [chat.prompt_ids(p)[-(window - 1):] for p in batch]
             limit = [max(1, min(max_new_tokens, window - len(p))) for p in ids]
             new = engine.generate(ids, limit, sampling, seed=seed + first, stop_ids=chat.stop_ids)
             replies += [chat.tokenizer.decode(tokens) for tokens in new]
@@ -64,7 +78,7 @@ def generate_replies(model: nn.Module, chat: ChatFormat, prompts: Sequence[list[
 def exact_match(model: nn.Module, chat: ChatFormat, task: Task, examples: Sequence[Example], max_new_tokens: int,
                 keep_samples: int = 3) -> ExactMatch:
     """How many of `examples` the model answers so that `task.verify` accepts the reply."""
-    replies = generate_replies(model, chat, [e.prompt for e in examples], max_new_tokens)
+    replies = generate_replies(model, chat, [e.prompt for e in examples], max_new_tokens, tools=task.tools)
     verdicts = [task.verify(reply, example) for reply, example in zip(replies, examples, strict=True)]
     samples = [(e.prompt[-1]["content"], r, v) for e, r, v in zip(examples, replies, verdicts)][:keep_samples]
     return ExactMatch(sum(verdicts), len(examples), samples, verdicts)
@@ -95,7 +109,7 @@ def pass_at_k(model: nn.Module, chat: ChatFormat, task: Task, examples: Sequence
         raise ValueError(f"pass@{k} needs at least {k} samples per problem, got {samples}")
     prompts = [e.prompt for e in examples for _ in range(samples)]
     replies = generate_replies(model, chat, prompts, max_new_tokens, SamplingParams(temperature=temperature),
-                               seed=seed)
+                               seed=seed, tools=task.tools)
     correct = [sum(task.verify(replies[i * samples + j], e) for j in range(samples)) for i, e in enumerate(examples)]
     score = sum(pass_at_k_estimate(samples, c, k) for c in correct) / len(examples) if examples else 0.0
     return PassAtK(k, samples, score, correct)

@@ -1,12 +1,12 @@
 """Tasks: problems with a held-out split, a verifier and their own wrong answers, named by `registry.get_task`.
 
 `task.py` says what every task gives; the built-in ones are generated offline from a seed
-(`arith.py`, `stdlib_functions.py`, `code.py`, whose answers run in `sandbox.py` confined by
-`sandbox_guard.py`), file-based ones read rows (`rows.py`: a local JSONL file or `hf:NAME`;
-`gsm8k.py`). `function_mistakes.py` and `preference_pairs.py` turn a task's own wrong answers into
-preference pairs. SFT data, DPO pairs, RL `--task` and `tinylm eval --tasks` all reach a task
-through `registry.py`.
+(`arith.py`, `stdlib_functions.py`, `code.py`, whose answers run in tinylm/sandbox; `calc.py`,
+answered with the calculator tool, and `addition.py`, with its steps as reasoning), file-based ones
+read rows (`rows.py`: a local JSONL file or `hf:NAME`; `gsm8k.py`). `function_mistakes.py` and
+`preference_pairs.py` turn a task's own wrong answers into preference pairs. SFT data, DPO pairs, RL
+`--task` and `tinylm eval --tasks` all reach a task through `registry.py`.
 
-A task is asked, it asks nothing: tasks imports errors and data (the stdlib corpus) only; never
-evaluate, inference, train, stages or cli.
+A task is asked, it asks nothing: tasks imports errors, data (the stdlib corpus), sandbox and tools
+(the declarations its conversations carry) only; never evaluate, inference, train, stages or cli.
 """

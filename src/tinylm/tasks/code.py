@@ -5,7 +5,7 @@
                    return x * 3 + 4
 
 Unlike `builtin:docstring`, which compares syntax trees, any program that behaves right passes: the
-reply (a ``` fence around it allowed) runs in `tasks/sandbox.py` followed by assertions on
+reply (a ``` fence around it allowed) runs in the sandbox (`sandbox/run.py`) followed by assertions on
 inputs the model never saw, and the verdict is the exit status. Problems are drawn from a few
 families whose parameters come from the seed; the problem's key ("affine:3:4") decides its split, as
 for every built-in task, and the tests are computed here from the key, never from the reply. Its
@@ -20,8 +20,8 @@ import random
 import re
 from collections.abc import Callable
 
+from tinylm.sandbox import run_python
 from tinylm.tasks.function_mistakes import function_mistakes, unparsed
-from tinylm.tasks.sandbox import run_python
 from tinylm.tasks.task import Example, Task, check_split, conversation, split_of
 
 _FENCE = re.compile(r"```(?:python)?\n(.*?)```", re.DOTALL)

@@ -25,7 +25,9 @@ from collections.abc import Callable
 from functools import partial
 
 from tinylm.errors import TinyLMError
+from tinylm.tasks.addition import AdditionTask
 from tinylm.tasks.arith import ArithTask
+from tinylm.tasks.calc import CalcTask
 from tinylm.tasks.code import CodeTask
 from tinylm.tasks.gsm8k import GSM8KTask
 from tinylm.tasks.prompt_file import PromptFileTask
@@ -35,6 +37,8 @@ from tinylm.tasks.task import Task
 PREFIX = "builtin:"
 TASKS: dict[str, Callable[..., Task]] = {
     "arith": ArithTask,
+    "calc": CalcTask,
+    "addition": AdditionTask,
     "docstring": StdlibFunctionTask,
     "code": CodeTask,
     "gsm8k": partial(GSM8KTask, holdout="share"),  # a builtin: task holds out a tenth, like every other

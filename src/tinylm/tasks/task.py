@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from tinylm.errors import TinyLMError
 
@@ -36,13 +36,14 @@ class Example:
     """One problem as a conversation: the user's prompt and the reference assistant answer."""
 
     key: str  # identifies the problem; decides its split
-    messages: tuple[dict[str, str], ...]  # ({"role": "user", ...}, {"role": "assistant", ...})
+    messages: tuple[dict[str, Any], ...]  # ({"role": "user", ...}, {"role": "assistant", ...})
     answer: str  # the reference string a verifier compares against
+    prompt_turns: int | None = None  # how many messages the prompt is, when the reference is more than one turn
 
     @property
-    def prompt(self) -> list[dict[str, str]]:
-        """The messages without the final assistant answer: what a model is asked."""
-        return [dict(m) for m in self.messages[:-1]]
+    def prompt(self) -> list[dict[str, Any]]:
+        """What a model is asked: the messages before the reference answer (its tool calls and results included)."""
+        return [dict(m) for m in self.messages[:self.prompt_turns if self.prompt_turns is not None else -1]]
 
 
 def conversation(key: str, user: str, answer: str) -> Example:
@@ -53,6 +54,7 @@ class Task(ABC):
     """A family of problems with one answer format, an exact verifier and, for preference pairs, its own mistakes."""
 
     name: str
+    tools: tuple[str, ...] = ()  # the built-in tools its prompts declare, which evaluation and RL then run
 
     @abstractmethod
     def examples(self, split: str, n: int, seed: int = 0) -> list[Example]:

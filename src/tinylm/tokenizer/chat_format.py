@@ -148,6 +148,7 @@ class ChatFormat:
             return f"a conversation is a list of messages, got {type(messages).__name__}"
         if not messages:
             return "a conversation needs at least one message"
+        tools = declared_tools(messages, tools)
         for number, message in enumerate(messages, 1):
             if problem := self._message_problem(number, message):
                 return problem
@@ -202,8 +203,7 @@ class ChatFormat:
         none); without `tools`, a system message's own "tools" key declares them. `check=False` skips the
         whole-conversation checks, for a piece of a checked conversation.
         """
-        if tools is None and messages and isinstance(messages[0], Mapping) and messages[0].get("role") == "system":
-            tools = messages[0].get("tools")  # SFT data carries a conversation's tools on its system message
+        tools = declared_tools(messages, tools)
         if check:
             self.validate(messages, tools)
         ids, mask, n_learn = [self.eot_id], [0], 0
@@ -240,6 +240,14 @@ class ChatFormat:
         """The Hugging Face `chat_template` that renders exactly `render` (mask: `{% generation %}`)."""
         eot_text = next(text for text, id_ in self.tokenizer.special_tokens.items() if id_ == self.eot_id)
         return chat_template(eot_text, agent=self.speaks_tools)
+
+
+def declared_tools(messages: Sequence[Any], tools: Any) -> Any:
+    """`tools`, or when None the tools a conversation's system message carries (SFT data keeps them there)."""
+    first = messages[0] if messages else None
+    if tools is None and isinstance(first, Mapping) and first.get("role") == "system":
+        return first.get("tools")
+    return tools
 
 
 def _literal(text: str) -> str:

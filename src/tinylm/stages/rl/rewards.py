@@ -28,10 +28,10 @@ from typing import Any
 import torch
 
 from tinylm.errors import TinyLMError
+from tinylm.sandbox import run_python
 from tinylm.stages.preference.reward import load_reward_model
 from tinylm.stages.rl.reward_calls import RewardsInterrupted, RewardTimeout, call_each, never
 from tinylm.stages.rl.user_reward import load_user_function
-from tinylm.tasks.sandbox import run_python
 from tinylm.tasks.task import Example, Task
 from tinylm.tokenizer.chat_format import ChatFormat
 

@@ -1,6 +1,6 @@
 """The first code a sandboxed child runs: an audit hook that confines it, then the untrusted program.
 
-    python -I sandbox_guard.py SCRATCH PROGRAM
+    python -I guard.py SCRATCH PROGRAM
 
 CPython raises an audit event before every file open, directory change, process creation, socket
 and ctypes call (PEP 578), and a hook installed with `sys.addaudithook` can never be removed. This

@@ -6,7 +6,7 @@ Layers, each of which alone stops some attack:
 
 - a fresh scratch directory (deleted afterwards) is the child's working directory and HOME, with an
   empty environment and `python -I` (no user site, no PYTHON* variables);
-- `sandbox_guard.py` installs an audit hook before the program runs: no file access outside the
+- `guard.py` installs an audit hook before the program runs: no file access outside the
   scratch directory (reads of the interpreter's library excepted), no sockets, no new processes, no
   ctypes (see there);
 - `resource.setrlimit` in the child before exec: address space, CPU seconds, file size, open files,
@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-GUARD = Path(__file__).with_name("sandbox_guard.py")
+GUARD = Path(__file__).with_name("guard.py")
 OUTPUT_LIMIT = 64 * 1024  # bytes of stdout / stderr kept
 
 

@@ -1,0 +1,78 @@
+"""builtin:calc (hard products for the calculator, easy ones answered directly) and builtin:addition's scratchpad."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tinylm.tasks.calc import hard
+from tinylm.tasks.registry import get_task
+from tinylm.tokenizer import train_bpe
+from tinylm.tokenizer.chat_format import ChatFormat
+from tinylm.tools import get_tools, run_call
+from tinylm.tools.calculator import calculate
+
+
+@pytest.fixture(scope="module")
+def fmt() -> ChatFormat:
+    return ChatFormat.from_tokenizer(train_bpe(["What is 347 * 582? calculator expression 0123456789"] * 5,
+                                               vocab_size=300))
+
+
+def test_calc_traces_call_the_calculator_for_hard_problems_only(fmt: ChatFormat) -> None:
+    task = get_task("builtin:calc")
+    examples = task.examples("train", 200, seed=3)
+    assert sum(map(hard, examples)) == 100 and len({e.key for e in examples if hard(e)}) == 100
+    tools = get_tools("calculator")
+    for example in examples:
+        system, user = example.prompt
+        assert system["tools"][0]["function"]["name"] == "calculator" and user["role"] == "user"
+        a, op, b = re.fullmatch(r"What is (\d+) ([*+]) (\d+)\?", user["content"]).groups()
+        fmt.validate(list(example.messages))  # a well-formed conversation: declared tool, a result per call
+        if hard(example):
+            assert op == "*" and 100 <= int(a) <= 999 and 100 <= int(b) <= 999
+            _, _, called, result, final = example.messages
+            (call,) = called["tool_calls"]
+            # the trace's tool result is what the tool itself returns for the call
+            assert result["content"] == run_call("calculator", call["function"]["arguments"], tools).content
+            assert final["content"] == example.answer == calculate(f"{a}{op}{b}")
+        else:
+            assert int(a) < 10 and int(b) < 10 and len(example.messages) == 3
+        assert task.verify(example.messages[-1]["content"], example)
+        assert not task.verify(str(int(example.answer) + 1), example)
+
+
+def test_calc_splits_are_disjoint_and_the_baseline_has_no_tool() -> None:
+    task = get_task("builtin:calc")
+    train = {e.key for e in task.examples("train", 400) if hard(e)}
+    test = {e.key for e in task.examples("test", 100) if hard(e)}
+    assert train and test and not train & test
+    direct = get_task("builtin:calc?tool=0").examples("test", 50)
+    assert {e.key for e in direct} == {e.key for e in task.examples("test", 50)}
+    assert all(len(e.messages) == 2 and e.messages[-1]["content"] == e.answer for e in direct)
+    assert all(hard(e) for e in get_task("builtin:calc?hard_share=1.0").examples("test", 20))
+
+
+def test_addition_reasoning_is_the_written_working(fmt: ChatFormat) -> None:
+    task = get_task("builtin:addition")
+    for example in task.examples("train", 100, seed=1):
+        user, reply = example.messages
+        a, b = map(int, re.fullmatch(r"What is (\d{4}) \+ (\d{4})\?", user["content"]).groups())
+        lines = reply["reasoning_content"].splitlines()
+        assert len(lines) == 4
+        # read the answer back from the working, independently of how it was written
+        digits, carry = "", 0
+        for column, line in enumerate(lines):
+            left, total, carry_out = re.fullmatch(r"([\d+]+)=(\d+) c(\d)", line).groups()
+            parts = list(map(int, left.split("+")))
+            assert parts[:2] == [a // 10**column % 10, b // 10**column % 10] and sum(parts) == int(total)
+            assert parts[2:] == ([carry] if column else []) and int(carry_out) == int(total) // 10
+            digits, carry = total[-1] + digits, int(carry_out)
+        assert int((str(carry) if carry else "") + digits) == a + b == int(reply["content"])
+        assert task.verify(reply["content"], example)
+        rendered = fmt.render(list(example.messages))
+        assert fmt.agent_ids["<|think|>"] in [t for t, m in zip(rendered.ids, rendered.mask) if m]
+    plain = get_task("builtin:addition?reasoning=0").examples("train", 10, seed=1)
+    assert [e.key for e in plain] == [e.key for e in task.examples("train", 10, seed=1)]
+    assert all("reasoning_content" not in e.messages[-1] for e in plain)
