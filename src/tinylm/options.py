@@ -191,5 +191,7 @@ MAX_NEW_TOKENS = Option("tokens to generate at most", low=0, high=1_000_000, met
 CHECKPOINT = Option("a run folder (newest checkpoint) or a checkpoint folder", metavar="RUN", required=True)
 INT8 = Option("int8 weights for the linear layers: a quarter of the weight memory, logits within a tested tolerance")
 SYSTEM = Option("a system prompt (chat models)", metavar="TEXT")
+TOOLS = Option("built-in tools the model may call, comma-separated: calculator, python (chat models)",
+               metavar="LIST")
 PROGRESS = Option("no progress bar", flag="--no-progress")
 JSON = Option("print one JSON object")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tinylm.data.packing import Example
 from tinylm.tokenizer.chat_format import ChatFormat
@@ -87,12 +88,14 @@ def turn_windows(head: Example, turns: Sequence[Example], seq_len: int) -> TurnW
     return out
 
 
-def conversation_windows(chat: ChatFormat, messages: Sequence[Mapping[str, str]], seq_len: int) -> TurnWindows:
+def conversation_windows(chat: ChatFormat, messages: Sequence[Mapping[str, Any]], seq_len: int,
+                         learn_reasoning: bool = True) -> TurnWindows:
     """A conversation rendered by `chat` as pieces of at most seq_len + 1 tokens (whole when it fits)."""
-    rendered = chat.render(messages)
+    rendered = chat.render(messages, learn_reasoning=learn_reasoning)
     if len(rendered.ids) <= seq_len + 1:
         return TurnWindows([(rendered.ids, rendered.mask)])
-    pieces = [chat.render([message], check=False) for message in messages]  # each the start token, then its turn
+    # each the start token, then that one turn
+    pieces = [chat.render([message], learn_reasoning=learn_reasoning, check=False) for message in messages]
     turns: list[Example] = [(piece.ids[1:], piece.mask[1:]) for piece in pieces]
     if messages[0]["role"] == "system":  # repeated at the head of every piece
         return turn_windows((pieces[0].ids, pieces[0].mask), turns[1:], seq_len)

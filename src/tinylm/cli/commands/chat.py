@@ -8,11 +8,16 @@ and a reply ends at the end-of-text token or after --max-new-tokens. When standa
 terminal, each line read is one turn and each reply is printed on its own line, so chats can be
 scripted. Type /reset to start over; Ctrl-D or Ctrl-C quits.
 
+With --tools calculator,python the system turn declares those tools; when a reply calls one, the
+call and its result are shown on stderr, the result goes back to the model as a tool turn, and it
+replies again (at most 4 replies per line), as `tinylm eval` and the server run the same loop.
+
 examples:
   tinylm chat --checkpoint runs/tiny-modern-sft
   printf 'What is 2 + 3?\nAnd 4 + 4?\n' | tinylm chat --checkpoint runs/tiny-modern-sft --temperature 0
   tinylm chat --checkpoint runs/tiny-modern-sft --system "Answer with a number."
   tinylm chat --checkpoint runs/tiny-modern --temperature 0.7 --top-p 0.9 --int8    a base model
+  echo 'What is 347 * 582?' | tinylm chat --checkpoint runs/calc-sft --tools calculator --temperature 0
 """
 
 from __future__ import annotations
@@ -28,7 +33,10 @@ from tinylm.inference.chat_session import ChatSession
 from tinylm.inference.engine import Engine
 from tinylm.inference.loading import chat_format_of, load_for_generation
 from tinylm.inference.streaming import TextStream
-from tinylm.options import SYSTEM
+from tinylm.inference.tool_loop import MAX_TURNS
+from tinylm.options import SYSTEM, TOOLS
+from tinylm.tokenizer.reply_parser import parse_reply
+from tinylm.tools import get_tools, run_call, tool_declarations
 
 HELP = "interactive loop: type a line, the model's reply streams back"
 
@@ -36,6 +44,7 @@ HELP = "interactive loop: type a line, the model's reply streams back"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_sampling_arguments(parser, max_new_tokens=128)
     add_option(parser, "system", SYSTEM)
+    add_option(parser, "tools", TOOLS)
 
 
 def reply_limit(max_new_tokens: int, window: int) -> int:
@@ -64,6 +73,7 @@ class TextHistory:
 
     def add_reply(self, reply: list[int]) -> None:
         self.ids += reply
+        return None
 
     def reset(self) -> None:
         self.ids = []
@@ -72,13 +82,24 @@ class TextHistory:
 class Turns:
     """A chat model's conversation in its chat format (`ChatSession`), with the same interface as TextHistory."""
 
-    def __init__(self, chat: Any, window: int, reply_room: int, system: str | None) -> None:
-        self.session = ChatSession(chat, window, reply_room, system=system)
+    def __init__(self, chat: Any, window: int, reply_room: int, system: str | None, tools: list[Any]) -> None:
+        self.session = ChatSession(chat, window, reply_room, system=system, tools=tool_declarations(tools))
+        self.tools = tools
         self.stop_ids = list(chat.stop_ids)
         self.prompt, self.reset = self.session.prompt, self.session.reset
 
-    def add_reply(self, reply: list[int]) -> None:
-        self.session.add_reply(self.session.chat.tokenizer.decode(reply))
+    def add_reply(self, reply: list[int]) -> list[int] | None:
+        """Keep the reply; when it calls tools, run them, keep their results and give the next prompt's ids."""
+        parsed = parse_reply(self.session.chat, reply)
+        self.session.add_reply(parsed.message())
+        if not parsed.calls or not self.tools:
+            return None
+        for call in parsed.calls:
+            result = (f"error: malformed call: {call.error}" if call.error
+                      else run_call(call.name, call.arguments, self.tools).content)
+            print(f"tinylm: {call.name}({call.arguments}) -> {result}", file=sys.stderr)
+            self.session.add_tool_result(result)
+        return self.session.follow_up()[0]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,7 +118,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"tinylm: {meta['decode_precision']}", file=sys.stderr)
     if chat is None and args.system:
         print("tinylm: --system is ignored: a base model has no system turn", file=sys.stderr)
-    conversation: Any = (Turns(chat, window, reply_room, args.system) if chat is not None
+    tools = get_tools(args.tools)
+    if tools and (chat is None or not chat.speaks_tools):
+        raise TinyLMError(f"--tools needs a chat model whose tokenizer has the tool tokens; {meta['path']} "
+                          f"{'is a base model' if chat is None else 'was fine-tuned before them'}: "
+                          "fine-tune it with tinylm sft")
+    conversation: Any = (Turns(chat, window, reply_room, args.system, tools) if chat is not None
                          else TextHistory(tokenizer, window, reply_room))
     turn = 0
     try:
@@ -120,19 +146,24 @@ def run(args: argparse.Namespace) -> int:
             if dropped:
                 print(f"tinylm: dropped the {dropped} oldest exchange(s) to stay within the {window}-token window",
                       file=sys.stderr)
-            if not ids:
-                continue
-            stream = TextStream(tokenizer)
-            reply: list[int] = []
-            for token in engine.stream(ids, reply_room, sampling, seed=args.seed + turn,
-                                       stop_ids=conversation.stop_ids):
-                reply.append(token)
-                sys.stdout.write(stream.push(token))
+            for _ in range(MAX_TURNS):  # a reply, and another after each round of tool results
+                if not ids:
+                    break
+                stream = TextStream(tokenizer)
+                reply: list[int] = []
+                for token in engine.stream(ids, reply_room, sampling, seed=args.seed + turn,
+                                           stop_ids=conversation.stop_ids):
+                    reply.append(token)
+                    sys.stdout.write(stream.push(token))
+                    sys.stdout.flush()
+                sys.stdout.write(stream.flush() + "\n")
                 sys.stdout.flush()
-            sys.stdout.write(stream.flush() + "\n")
-            sys.stdout.flush()
-            conversation.add_reply(reply)
-            turn += 1
+                turn += 1
+                try:
+                    ids = conversation.add_reply(reply)
+                except TinyLMError as exc:  # the tool results outgrew the window
+                    print(f"tinylm: {exc}", file=sys.stderr)
+                    break
     except KeyboardInterrupt:
         print("", file=sys.stderr)
     return 0

@@ -10,6 +10,10 @@ examples:
   tinylm generate --checkpoint runs/small --draft runs/tiny-modern             speculative decoding
   tinylm generate --checkpoint runs/tiny-modern --int8 --num-samples 3 --seed 1
   tinylm generate --checkpoint runs/tiny-modern-sft --chat --prompt "What is 2 + 3?"   a chat model
+  tinylm generate --checkpoint runs/calc-sft --chat --tools calculator --prompt "What is 347 * 582?"
+
+With --chat --tools, the model's calls run (each call and result on stderr) and their results go
+back to it until it answers; stdout gets the final answer (inference/tool_loop.py).
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from tinylm.inference.loading import chat_format_of, eot_id, load_for_generation
 from tinylm.inference.sampling import SamplingParams
 from tinylm.inference.speculative import SpeculativeStats, speculative_stream
 from tinylm.inference.streaming import TextStream
-from tinylm.options import CHECKPOINT, INT8, MAX_NEW_TOKENS, SEED, SYSTEM, TEMPERATURE, THREADS, TOP_K, TOP_P
+from tinylm.inference.tool_loop import run_with_tools
+from tinylm.options import CHECKPOINT, INT8, MAX_NEW_TOKENS, SEED, SYSTEM, TEMPERATURE, THREADS, TOOLS, TOP_K, TOP_P
+from tinylm.tools import Tool, get_tools, tool_declarations
 
 HELP = "sample text from a checkpoint (streams to stdout)"
 MAX_NUM_SAMPLES = 10_000
@@ -61,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the prompt is a user message to a chat model (its chat template); the reply ends "
                              "at the end of its turn")
     add_option(parser, "system", SYSTEM, note="with --chat")
+    add_option(parser, "tools", TOOLS, note="with --chat")
     parser.add_argument("--num-samples", type=option_types.bounded_int(1, MAX_NUM_SAMPLES), default=1, metavar="K",
                         help="independent samples (default 1)")
 
@@ -87,15 +94,25 @@ def prompt_ids(text: str, tokenizer: Any, window: int, room: int = 1) -> list[in
     return ids
 
 
-def chat_prompt(text: str, system: str | None, tokenizer: Any, meta: dict[str, Any], window: int
-                ) -> tuple[list[int], list[int]]:
+def chat_messages(text: str, system: str | None, tools: list[Tool]) -> list[dict[str, Any]]:
+    """The prompt conversation of `generate --chat`: the system turn (with the tools declared), the user's."""
+    head: list[dict[str, Any]] = []
+    if system or tools:
+        head = [{"role": "system", "content": system or "", **({"tools": tool_declarations(tools)} if tools else {})}]
+    return [*head, {"role": "user", "content": text}]
+
+
+def chat_prompt(text: str, system: str | None, tokenizer: Any, meta: dict[str, Any], window: int,
+                tools: list[Tool] | None = None) -> tuple[list[int], list[int]]:
     """(ids, stop ids) for `generate --chat`: the message as a user turn in the checkpoint's chat format."""
     chat = chat_format_of(tokenizer, meta)
     if chat is None:
         raise TinyLMError(f"checkpoint {meta['path']} has no chat template: it is a base model (fine-tune it with "
                           "`tinylm sft`, or generate without --chat)")
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
-    ids = chat.prompt_ids(messages)
+    if tools and not chat.speaks_tools:
+        raise TinyLMError(f"--tools needs the tool tokens, which {meta['path']} was fine-tuned before: "
+                          "fine-tune it again with tinylm sft")
+    ids = chat.prompt_ids(chat_messages(text, system, tools or []))
     if len(ids) >= window:
         raise TinyLMError(f"the message is {len(ids)} tokens in the chat format: no room for a reply in the "
                           f"model's {window}-token window")
@@ -134,6 +151,30 @@ def _write(text: str) -> None:
     sys.stdout.flush()
 
 
+def _generate_with_tools(engine: Engine, chat: Any, text: str, args: argparse.Namespace, tools: list[Tool],
+                         window: int) -> int:
+    """`generate --chat --tools`: each sample through the tool loop, calls and results on stderr, answers on stdout."""
+    sampling = sampling_params(args)
+    for sample in range(args.num_samples):
+        def generate(ids: list[list[int]], limits: list[int], seed: int = args.seed + sample) -> list[list[int]]:
+            return engine.generate(ids, limits, sampling, seed=seed, stop_ids=chat.stop_ids)
+
+        (run_,) = run_with_tools(generate, chat, [chat_messages(text, args.system, tools)], tools,
+                                 args.max_new_tokens, window)
+        if args.num_samples > 1:
+            _write(f"{'' if sample == 0 else chr(10)}--- sample {sample + 1} ---\n")
+        for message in run_.messages:
+            for call in message.get("tool_calls", []):
+                print(f"tinylm: {call['function']['name']}({call['function']['arguments']})", file=sys.stderr)
+            if message["role"] == "tool":
+                print(f"tinylm: -> {message['content']}", file=sys.stderr)
+        if run_.stopped != "answer":
+            print(f"tinylm: stopped before an answer ({'turn limit' if run_.stopped == 'turns' else 'window full'})",
+                  file=sys.stderr)
+        _write(run_.final + "\n")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     import torch  # noqa: F401 - imported here so `tinylm --help` stays instant
 
@@ -152,8 +193,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"tinylm: {meta['decode_precision']}", file=sys.stderr)
 
     window = model.config.context_length
+    tools = get_tools(args.tools)
+    if tools and not args.chat:
+        raise TinyLMError("--tools needs --chat: only a chat model's turns can call tools")
     if args.chat:
-        ids, stops = chat_prompt(text, args.system, tokenizer, meta, window)
+        ids, stops = chat_prompt(text, args.system, tokenizer, meta, window, tools)
+        if tools:
+            return _generate_with_tools(Engine(model), chat_format_of(tokenizer, meta), text, args, tools, window)
         text = ""  # the reply is printed, not the rendered conversation
     else:
         ids = prompt_ids(text, tokenizer, window)

@@ -11,7 +11,9 @@ from tinylm.stages.post_config import BASE_AND_DATA, PostTrainConfig
 
 @dataclass
 class SFTConfig(PostTrainConfig):
-    """PostTrainConfig plus packing; the defaults fine-tune the demo model on `builtin:arith` in minutes."""
+    """PostTrainConfig plus packing and the reasoning mask; the defaults fine-tune the demo model on builtin:arith."""
 
     packing: bool = Option("one conversation per row instead of several packed", flag="--no-packing",
                            group=BASE_AND_DATA)(True)
+    learn_reasoning: bool = Option("no loss on an assistant's reasoning segment (it stays context)",
+                                   flag="--no-learn-reasoning", group=BASE_AND_DATA)(True)

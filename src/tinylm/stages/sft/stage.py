@@ -90,14 +90,14 @@ class SFTStage(FromBaseStage[SFTConfig]):
         says what happened."""
         examples, nothing_to_learn, long, pieces = [], 0, 0, TurnWindows()
         for messages in conversations:
-            rendered = self.chat.render(messages)
+            rendered = self.chat.render(messages, learn_reasoning=self.ctx.cfg.learn_reasoning)
             if rendered.n_learn == 0:
                 nothing_to_learn += 1  # counted and skipped, never silently trained on
             elif len(rendered.ids) <= self.seq_len + 1:
                 examples.append((rendered.ids, rendered.mask))
             else:  # never cut after its first row: split at turn boundaries
                 long += 1
-                windows = conversation_windows(self.chat, messages, self.seq_len)
+                windows = conversation_windows(self.chat, messages, self.seq_len, self.ctx.cfg.learn_reasoning)
                 examples += windows.examples
                 pieces.add(windows)
         if not examples:
