@@ -32,15 +32,19 @@ def reply_ids(tokenizer: Tokenizer) -> list[int]:
 
 
 def chat_checkpoint(root: Path, chain_of: Callable[[Tokenizer], list[int]] = reply_ids,
-                    name: str = "chat-run") -> tuple[Path, Tokenizer]:
+                    name: str = "chat-run", corpus: list[str] = CORPUS,
+                    context_length: int = 64, noise: float = 0.0, weight: float = 10.0) -> tuple[Path, Tokenizer]:
     """(run folder, tokenizer) of a chat checkpoint (it carries the chat template, as SFT's do) whose greedy
-    reply is `chain_of(tokenizer)` (ending with <|end|>)."""
-    tokenizer = train_bpe(CORPUS, vocab_size=320)
+    reply is `chain_of(tokenizer)` (ending with <|end|>; no token twice: a bigram has one follower). With
+    `noise`, every block weight gets that much Gaussian noise (seeded): attention and positions then matter,
+    and sampling strays from the chain now and then, the more the smaller the chain's `weight`."""
+    tokenizer = train_bpe(corpus, vocab_size=320)
     tokenizer_file = tokenizer.save(root / "chat-tokenizer.json")
-    config = ModelConfig(arch="modern", vocab_size=320, context_length=64, n_embed=32, n_head=4, n_kv_head=2,
-                         n_blocks=2, tie_embeddings=False)
+    config = ModelConfig(arch="modern", vocab_size=320, context_length=context_length, n_embed=32, n_head=4,
+                         n_kv_head=2, n_blocks=2, tie_embeddings=False)
     model = build_model(config)
     chain = chain_of(tokenizer)
+    assert len(set(chain)) == len(chain) < config.n_embed, "the chain's tokens must be distinct and fit the width"
     run_dir = root / name
     with torch.no_grad():
         for key, p in model.named_parameters():
@@ -50,11 +54,16 @@ def chat_checkpoint(root: Path, chain_of: Callable[[Tokenizer], list[int]] = rep
         embed.zero_()
         embed[:, 0] = 1.0  # every token not in the chain: direction 0
         head.zero_()
-        head[chain[0], 0] = 10.0  # ... is followed by the reply's first token
+        head[chain[0], 0] = weight  # ... is followed by the reply's first token
         for k, (token, following) in enumerate(zip(chain, chain[1:]), start=1):
             embed[token] = 0.0
             embed[token, k] = 1.0
-            head[following, k] = 10.0
+            head[following, k] = weight
+        if noise:
+            generator = torch.Generator().manual_seed(0)
+            for key, p in model.named_parameters():
+                if key.startswith("blocks.") and p.dim() > 1:
+                    p.add_(noise * torch.randn(p.shape, generator=generator))
     meta = {"stage": "sft", "chat_template": ChatFormat.from_tokenizer(tokenizer).jinja_template()}
     save_checkpoint(run_dir, 1, model, config, tokenizer_file=tokenizer_file, meta=meta)
     return run_dir, tokenizer

@@ -182,6 +182,18 @@ def test_the_cli_reports_the_exact_match_before_and_after(tmp_path: Path, capsys
     assert (tmp_path / "two.png").stat().st_size > 1000
 
 
+def test_plot_rl_draws_only_the_panels_some_run_has(tmp_path: Path) -> None:
+    """An SFT run with --eval-every has held-out exact-match and nothing else: one panel, not four."""
+    import matplotlib.image
+
+    (tmp_path / "sft").mkdir()
+    lines = [{"step": s, "elapsed_s": 10.0 * s, "loss": 1.0} for s in range(3)]
+    lines += [{"step": s, "exact_match": 0.1 * s} for s in range(3)]
+    (tmp_path / "sft" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert main(["plot", "--rl", str(tmp_path / "sft"), "--out", str(tmp_path / "one.png")]) == 0
+    assert matplotlib.image.imread(tmp_path / "one.png").shape[:2] == (350, 500)  # 5 x 3.5 inches at 100 dpi
+
+
 @pytest.mark.parametrize(("case", "message"), [
     ("task", "unknown task"),
     ("group", "--group-size must be >= 2"),

@@ -104,3 +104,8 @@ def test_the_listening_socket_gives_connections_without_nagle() -> None:
         return value
 
     assert asyncio.run(accepted_nodelay()) == 1
+
+
+def test_an_unknown_builtin_tool_is_one_line_before_binding(run_dir: Path, capsys) -> None:
+    err = refused(capsys, "--checkpoint", str(run_dir), "--port", str(free_port()), "--tools", "calculator,abacus")
+    assert "unknown tool 'abacus'" in err and "calculator, python" in err

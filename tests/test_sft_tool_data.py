@@ -85,3 +85,28 @@ def test_bad_tool_rows_stop_with_file_and_line(tmp_path: Path, row: dict, reason
     message = str(caught.value)
     assert message.startswith(f"{path}:2: ") and reason in message and "\n" not in message
     assert len(load_conversations(str(path), on_error="skip")) == 1
+
+
+def test_no_learn_reasoning_keeps_reasoning_as_context_outside_the_loss(tmp_path: Path) -> None:
+    """builtin:addition's column working is a reasoning segment: with learn_reasoning=False the rows still hold
+    it (same ids) but the loss counts only the answer and the end token."""
+    import torch
+
+    from test_sft import sft_config
+    from tinylm.stages.sft.stage import SFTStage
+    from tinylm.train.loop import run_training
+
+    stages = {}
+    for learn in (True, False):
+        stage = stages[learn] = SFTStage()
+        run_training(sft_config(tmp_path / f"learn-{learn}", data="builtin:addition?digits=1",
+                                train_examples=16, max_steps=1, learn_reasoning=learn), stage=stage)
+    conversations = [list(map(dict, e.messages)) for e in stages[True].task.examples("train", 16, 3)]
+    chat = stages[True].chat
+    for learn, stage in stages.items():
+        learned = int((stage.train_rows["targets"] != -100).sum())
+        assert learned == sum(sum(chat.render(c, learn_reasoning=learn).mask) for c in conversations)
+    assert torch.equal(stages[True].train_rows["idx"], stages[False].train_rows["idx"])
+    answers = sum(len(chat.content_ids(c[-1]["content"])) + 1 for c in conversations)  # answer + end token
+    assert int((stages[False].train_rows["targets"] != -100).sum()) == answers
+

@@ -61,7 +61,8 @@ class Scripted:
     def __init__(self, fmt: ChatFormat, rounds: list[list[list[int]]]) -> None:
         self.fmt, self.rounds, self.prompts = fmt, rounds, []
 
-    def __call__(self, ids: list[list[int]], limits: list[int]) -> list[list[int]]:
+    def __call__(self, ids: list[list[int]], limits: list[int], rows: list[int]) -> list[list[int]]:
+        assert len(rows) == len(ids)
         self.prompts.append(ids)
         return [reply[:limit] for reply, limit in zip(self.rounds.pop(0), limits, strict=True)]
 

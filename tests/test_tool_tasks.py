@@ -76,3 +76,14 @@ def test_addition_reasoning_is_the_written_working(fmt: ChatFormat) -> None:
     plain = get_task("builtin:addition?reasoning=0").examples("train", 10, seed=1)
     assert [e.key for e in plain] == [e.key for e in task.examples("train", 10, seed=1)]
     assert all("reasoning_content" not in e.messages[-1] for e in plain)
+
+
+@pytest.mark.parametrize("spec", ["builtin:addition", "builtin:addition?digits=9", "builtin:addition?reasoning=0"])
+def test_addition_declares_a_reply_budget_its_whole_reference_fits(fmt: ChatFormat, spec: str) -> None:
+    # evaluation asks for at least task.reply_tokens new tokens; a reference cut short would score 0
+    task = get_task(spec)
+    needed = 0
+    for example in task.examples("train", 50, seed=2):
+        needed = max(needed, len(fmt.render(list(example.messages)).ids) - len(fmt.prompt_ids(example.prompt)))
+    assert needed <= task.reply_tokens <= needed + 12
+    assert get_task("builtin:calc").reply_tokens == 1  # the tool loop budgets each round itself

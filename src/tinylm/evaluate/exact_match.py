@@ -18,7 +18,8 @@ averaged over problems (Chen et al. 2021, "Evaluating Large Language Models Trai
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ from torch import nn
 
 from tinylm.inference.engine import Engine
 from tinylm.inference.sampling import SamplingParams
-from tinylm.inference.tool_loop import run_with_tools
+from tinylm.inference.tool_loop import ToolRun, run_with_tools
 from tinylm.tasks.task import Example, Task
 from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.tools.registry import get_tools
@@ -51,34 +52,56 @@ def generate_replies(model: nn.Module, chat: ChatFormat, prompts: Sequence[list[
                      sampling: SamplingParams = GREEDY, seed: int = 0, batch_size: int = 64,
                      tools: Sequence[str] = ()) -> list[str]:
     """One reply text per prompt conversation, in order; with `tools`, the final answer after the tool loop."""
-    was_training = model.training  # before the engine, which puts the model in eval mode
-    engine = Engine(model, fast=False, keep=model.config.context_length)
+    if tools:
+        return [run.final for run in tool_runs(model, chat, prompts, tools, max_new_tokens, sampling, seed,
+                                               batch_size)]
     window = model.config.context_length
     replies: list[str] = []
-    try:
+    with _engine(model) as engine:
         for first in range(0, len(prompts), batch_size):
-            batch = prompts[first:first + batch_size]
-            if tools:
-                def generate(ids: list[list[int]], limits: list[int], _seed: int = seed + first) -> list[list[int]]:
-                    return engine.generate(ids, limits, sampling, seed=_seed, stop_ids=chat.stop_ids)
-
-                runs = run_with_tools(generate, chat, batch, get_tools(list(tools)), max_new_tokens, window)
-                replies += [run.final for run in runs]
-                continue
-            ids = [chat.prompt_ids(p)[-(window - 1):] for p in batch]
+            ids = [chat.prompt_ids(p)[-(window - 1):] for p in prompts[first:first + batch_size]]
             limit = [max(1, min(max_new_tokens, window - len(p))) for p in ids]
             new = engine.generate(ids, limit, sampling, seed=seed + first, stop_ids=chat.stop_ids)
             replies += [chat.tokenizer.decode(tokens) for tokens in new]
+    return replies
+
+
+def tool_runs(model: nn.Module, chat: ChatFormat, prompts: Sequence[list[dict[str, Any]]], tools: Sequence[str],
+              max_new_tokens: int, sampling: SamplingParams = GREEDY, seed: int = 0,
+              batch_size: int = 64) -> list[ToolRun]:
+    """Every prompt conversation through the tool loop with the built-in `tools`: its calls, results and answer."""
+    runs: list[ToolRun] = []
+    with _engine(model) as engine:
+        for first in range(0, len(prompts), batch_size):
+            def generate(ids: list[list[int]], limits: list[int], _rows: list[int],
+                         _seed: int = seed + first) -> list[list[int]]:
+                return engine.generate(ids, limits, sampling, seed=_seed, stop_ids=chat.stop_ids)
+
+            runs += run_with_tools(generate, chat, prompts[first:first + batch_size], get_tools(list(tools)),
+                                   max_new_tokens, model.config.context_length)
+    return runs
+
+
+@contextmanager
+def _engine(model: nn.Module) -> Iterator[Engine]:
+    """A KV-cache engine on `model`, which is put back in training mode after if it was in it."""
+    was_training = model.training  # before the engine, which puts the model in eval mode
+    try:
+        yield Engine(model, fast=False, keep=model.config.context_length)
     finally:
         model.train(was_training)
-    return replies
 
 
 @torch.no_grad()
 def exact_match(model: nn.Module, chat: ChatFormat, task: Task, examples: Sequence[Example], max_new_tokens: int,
                 keep_samples: int = 3) -> ExactMatch:
-    """How many of `examples` the model answers so that `task.verify` accepts the reply."""
-    replies = generate_replies(model, chat, [e.prompt for e in examples], max_new_tokens, tools=task.tools)
+    """How many of `examples` the model answers so that `task.verify` accepts the reply.
+
+    The budget is at least `task.reply_tokens`: a reply with written-out working (builtin:addition)
+    cut off before its answer would score the budget, not the model.
+    """
+    replies = generate_replies(model, chat, [e.prompt for e in examples], max(max_new_tokens, task.reply_tokens),
+                               tools=task.tools)
     verdicts = [task.verify(reply, example) for reply, example in zip(replies, examples, strict=True)]
     samples = [(e.prompt[-1]["content"], r, v) for e, r, v in zip(examples, replies, verdicts)][:keep_samples]
     return ExactMatch(sum(verdicts), len(examples), samples, verdicts)
@@ -108,7 +131,8 @@ def pass_at_k(model: nn.Module, chat: ChatFormat, task: Task, examples: Sequence
     if samples < k:
         raise ValueError(f"pass@{k} needs at least {k} samples per problem, got {samples}")
     prompts = [e.prompt for e in examples for _ in range(samples)]
-    replies = generate_replies(model, chat, prompts, max_new_tokens, SamplingParams(temperature=temperature),
+    replies = generate_replies(model, chat, prompts, max(max_new_tokens, task.reply_tokens),
+                               SamplingParams(temperature=temperature),
                                seed=seed, tools=task.tools)
     correct = [sum(task.verify(replies[i * samples + j], e) for j in range(samples)) for i, e in enumerate(examples)]
     score = sum(pass_at_k_estimate(samples, c, k) for c in correct) / len(examples) if examples else 0.0

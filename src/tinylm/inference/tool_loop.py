@@ -25,8 +25,9 @@ from tinylm.tokenizer.reply_parser import parse_reply
 from tinylm.tools.registry import Tool
 from tinylm.tools.run_call import CallResult, run_call
 
-# (prompts as ids, each one's token limit) -> each one's new ids, the stop token excluded
-Generate = Callable[[list[list[int]], list[int]], list[list[int]]]
+# (prompts as ids, each one's token limit, which conversation each is) -> each one's new ids, the stop token
+# excluded (or, with keeps_stop, included when a reply stopped: RL records the log-prob of the very token)
+Generate = Callable[[list[list[int]], list[int], list[int]], list[list[int]]]
 MAX_TURNS = 4
 
 
@@ -54,8 +55,13 @@ def _tool_turn(chat: ChatFormat, result: str) -> list[int]:
 
 def run_with_tools(generate: Generate, chat: ChatFormat, prompts: Sequence[Sequence[Mapping[str, Any]]],
                    tools: list[Tool], max_new_tokens: int, window: int, max_turns: int = MAX_TURNS,
-                   call: Callable[[str, str, list[Tool]], CallResult] = run_call) -> list[ToolRun]:
-    """Run every prompt conversation through the tool loop (see the module docstring)."""
+                   call: Callable[[str, str, list[Tool]], CallResult] = run_call,
+                   keeps_stop: bool = False) -> list[ToolRun]:
+    """Run every prompt conversation through the tool loop (see the module docstring).
+
+    With `keeps_stop`, `generate` returns a stopped reply with the stop token it sampled, which then
+    stands in the context as it was sampled (end-of-text too); otherwise <|end|> closes every reply.
+    """
     runs = [ToolRun() for _ in prompts]
     for run, prompt in zip(runs, prompts):
         run.ids = chat.prompt_ids(prompt)[:-1]  # the assistant header is added each round
@@ -69,13 +75,18 @@ def run_with_tools(generate: Generate, chat: ChatFormat, prompts: Sequence[Seque
         if not active:
             break
         limits = [min(max_new_tokens, window - len(heads[i])) for i in active]
-        replies = generate([heads[i] for i in active], limits)
+        replies = generate([heads[i] for i in active], limits, active)
         still = []
         for i, new, limit in zip(active, replies, limits, strict=True):
-            run, stopped = runs[i], len(new) < limit  # ended on a stop token, not the limit
-            run.ids = [*heads[i], *new, chat.end_id]
-            run.policy += [0, *[1] * len(new), int(stopped)]
-            reply = parse_reply(chat, new)
+            run = runs[i]
+            if keeps_stop:
+                stopped = bool(new) and new[-1] in chat.stop_ids
+                text, ending = (new[:-1], []) if stopped else (new, [chat.end_id])
+            else:
+                stopped, text, ending = len(new) < limit, new, [chat.end_id]  # stopped: not cut by the limit
+            run.ids = [*heads[i], *new, *ending]
+            run.policy += [0, *[1] * len(new), *[int(stopped and not keeps_stop)] * len(ending)]
+            reply = parse_reply(chat, text)
             run.messages.append(reply.message())
             if not reply.calls:
                 continue

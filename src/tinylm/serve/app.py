@@ -25,6 +25,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 
+from tinylm.serve.builtin_tools import BuiltinToolReply, builtin_tools_of
 from tinylm.serve.error_handlers import install_error_handlers
 from tinylm.serve.generation import Generation
 from tinylm.serve.jobs import chat_jobs, completion_jobs
@@ -99,9 +100,15 @@ def create_app(served: ServedModel, api_key: str | None = None, admin_token: str
 async def chat_reply(served: ServedModel, body: ChatCompletionRequest, request: Request) -> Any:
     """A chat completion from `served`: one JSON reply, or Server-Sent Events when `body.stream` (the studio's
     chat answers through this too)."""
-    jobs, ids = chat_jobs(served, body)
-    generation = Generation(served.scheduler, served.tokenizer, jobs, body.stop_strings()).start()
-    reply = ChatReply(served, body, generation, len(ids))
+    if body.builtin_tools:
+        tool_reply = BuiltinToolReply(served, body, builtin_tools_of(served, body))
+        return _sse(tool_reply.chunks()) if body.stream else await _unless_gone(tool_reply.whole(), tool_reply,
+                                                                                  request)
+    jobs, prompt = chat_jobs(served, body)
+    agent_ids = served.chat_format.agent_ids if served.chat_format is not None else None
+    generation = Generation(served.scheduler, served.tokenizer, jobs, body.stop_strings(), agent_ids,
+                            "call" if prompt.forced is not None else "content").start()
+    reply = ChatReply(served, body, generation, len(prompt.ids), prompt.forced)
     return _sse(reply.chunks()) if body.stream else await _unless_gone(reply.whole(), generation, request)
 
 
@@ -144,7 +151,8 @@ def _sse(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
     return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
-async def _unless_gone(reply: Coroutine[Any, Any, dict], generation: Generation, request: Request) -> dict:
+async def _unless_gone(reply: Coroutine[Any, Any, dict], generation: Generation | BuiltinToolReply,
+                       request: Request) -> dict:
     """Await a whole reply, cancelling its jobs if the client disconnects while it waits."""
     task = asyncio.ensure_future(reply)
     try:

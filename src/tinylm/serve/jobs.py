@@ -10,11 +10,16 @@ What ends a choice: the model's own stop tokens (unless `ignore_eos`) and any of
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from tinylm.errors import TinyLMError
 from tinylm.inference.sampling import SamplingParams
 from tinylm.serve.protocol import APIError, ChatCompletionRequest, CompletionRequest, Sampling
 from tinylm.serve.scheduler import Job
 from tinylm.serve.served_model import ServedModel
+from tinylm.tokenizer.chat_tokens import CALL
+from tinylm.tokenizer.tool_calls import tool_name
 
 DEFAULT_COMPLETION_TOKENS = 16  # OpenAI's default for /v1/completions; chat defaults to the room left
 
@@ -38,24 +43,64 @@ def completion_jobs(served: ServedModel, body: CompletionRequest) -> tuple[list[
     return jobs, prompts
 
 
-def chat_jobs(served: ServedModel, body: ChatCompletionRequest) -> tuple[list[Job], list[int]]:
-    """The `n` jobs of a chat request and the rendered conversation's ids."""
+@dataclass
+class ChatPrompt:
+    """A chat request's prompt: its ids, the tools it declares, and the opening of a call it forces.
+
+    `forced` is None when the model may answer as it likes; with tool_choice "required" the prompt ends
+    with <|call|> (forced = ""), with a named function with <|call|>NAME\n (forced = "NAME\n"): the
+    model can then only write a call, and the reply reads the forced text as the start of its first one.
+    """
+
+    ids: list[int]
+    tools: list[dict[str, Any]]
+    forced: str | None = None
+
+
+def chat_jobs(served: ServedModel, body: ChatCompletionRequest) -> tuple[list[Job], ChatPrompt]:
+    """The `n` jobs of a chat request and its prompt."""
     check_model(served, body.model)
-    if served.chat_format is None:
+    chat = served.chat_format
+    if chat is None:
         raise APIError(400, f"this model cannot chat: {served.chat_problem}", "messages")
     if not body.messages:
         raise APIError(400, "messages must hold at least one message", "messages")
-    messages = [{"role": m.role, "content": m.text(number)} for number, m in enumerate(body.messages, 1)]
+    messages = [m.as_dict(number) for number, m in enumerate(body.messages, 1)]
+    tools = list(body.tools or [])
     try:
-        ids = served.chat_format.prompt_ids(messages)
+        ids = chat.prompt_ids(messages, tools or None)
     except TinyLMError as exc:
         raise APIError(400, str(exc), "messages") from None
-    check_length(served, ids, "messages")
+    prompt = _tool_choice(served, body, ChatPrompt(ids, tools))
+    check_length(served, prompt.ids, "messages")
     limit = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    stops = stop_ids(served, body, frozenset(served.chat_format.stop_ids))
-    return [_job(body, ids, served.window if limit is None else limit, j, stops, logprobs)
-            for j in range(body.n)], ids
+    stops = stop_ids(served, body, frozenset(chat.stop_ids))
+    if chat.agent_ids is not None and (body.tool_choice == "none" or not tools):
+        stops |= {chat.agent_ids[CALL]}  # no tool to call (with "none" they stay declared: the history may use them)
+    return [_job(body, prompt.ids, served.window if limit is None else limit, j, stops, logprobs)
+            for j in range(body.n)], prompt
+
+
+def _tool_choice(served: ServedModel, body: ChatCompletionRequest, prompt: ChatPrompt) -> ChatPrompt:
+    """The prompt with the opening of a call when tool_choice forces one; APIError for a choice it cannot honour."""
+    choice = body.tool_choice
+    if choice in (None, "auto", "none"):
+        return prompt
+    if not prompt.tools:
+        raise APIError(400, "tool_choice asks for a tool call, but the request declares no tools", "tool_choice")
+    chat = served.chat_format
+    assert chat is not None and chat.agent_ids is not None  # tools were rendered
+    if choice == "required":
+        return ChatPrompt([*prompt.ids, chat.agent_ids[CALL]], prompt.tools, "")
+    function = choice.get("function") if isinstance(choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    declared = [tool_name(tool) for tool in prompt.tools]
+    if choice.get("type") != "function" or name not in declared:  # type: ignore[union-attr]
+        raise APIError(400, "tool_choice must be 'auto', 'none', 'required' or {'type': 'function', 'function': "
+                       f"{{'name': NAME}}}} naming a declared tool ({', '.join(map(str, declared))})", "tool_choice")
+    forced = f"{name}\n"
+    return ChatPrompt([*prompt.ids, chat.agent_ids[CALL], *chat.content_ids(forced)], prompt.tools, forced)
 
 
 def stop_ids(served: ServedModel, body: Sampling, own: frozenset[int]) -> frozenset[int]:

@@ -8,7 +8,7 @@ server does for ones it has retired, so clients that send extra options keep wor
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -74,12 +74,39 @@ class ContentPart(BaseModel):
     text: str | None = None
 
 
+class ToolCallFunction(BaseModel):
+    name: str
+    arguments: str | dict[str, Any] = "{}"  # JSON text in OpenAI's shape; an object is accepted too
+
+
+class ToolCall(BaseModel):
+    """A call an earlier assistant message made (sent back by a client that ran the tool)."""
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: ToolCallFunction
+
+
 class ChatMessage(BaseModel):
-    role: Literal["system", "user", "assistant"]
-    content: str | list[ContentPart]
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None  # None: an assistant message that only called tools
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+    def as_dict(self, number: int) -> dict[str, Any]:
+        """The message as the chat format reads it (text, calls, reasoning)."""
+        message: dict[str, Any] = {"role": self.role, "content": self.text(number)}
+        if self.tool_calls:
+            message["tool_calls"] = [call.model_dump() for call in self.tool_calls]
+        if self.reasoning_content:
+            message["reasoning_content"] = self.reasoning_content
+        return message
 
     def text(self, number: int) -> str:
         """The content as one string: text parts joined with newlines (as vLLM does); APIError for any other part."""
+        if self.content is None:
+            return ""
         if isinstance(self.content, str):
             return self.content
         for index, part in enumerate(self.content, 1):
@@ -94,6 +121,11 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(Sampling):
     messages: list[ChatMessage]
+    tools: list[dict[str, Any]] | None = None  # OpenAI's {"type": "function", "function": {...}} declarations
+    # "auto" (the default with tools), "none", "required", or {"type": "function", "function": {"name": N}}
+    tool_choice: Literal["auto", "none", "required"] | dict[str, Any] | None = None
+    # tinylm's extension: built-in tools (of `tinylm serve --tools`) the server declares and runs itself
+    builtin_tools: list[str] | None = None
     max_completion_tokens: int | None = Field(default=None, ge=0)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)

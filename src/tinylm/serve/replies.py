@@ -2,9 +2,10 @@
 
 Completions are `text_completion` objects (with `echo`, the prompt's text and log-probs come first);
 chat replies are `chat.completion` objects, streamed as `chat.completion.chunk`s that open with the
-assistant role. Every choice's `finish_reason` appears exactly once, in its last chunk; a usage-only
-chunk (no choices) closes the stream when `stream_options.include_usage` asks for it. `usage`
-counts a prompt once however many samples `n` draws from it.
+assistant role (reasoning and calls in their own fields: `reply_segments.py`). Every choice's
+`finish_reason` appears exactly once, in its last chunk; a usage-only chunk (no choices) closes the
+stream when `stream_options.include_usage` asks for it. `usage` counts a prompt once however many
+samples `n` draws from it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from tinylm.serve.generation import Delta, Generation
 from tinylm.serve.logprobs import CompletionLogprobs, chat_logprobs
 from tinylm.serve.protocol import ChatCompletionRequest, CompletionRequest
+from tinylm.serve.reply_segments import ReplySegments
 from tinylm.serve.served_model import ServedModel
 
 
@@ -97,12 +99,14 @@ class CompletionReply(_Reply):
 
 
 class ChatReply(_Reply):
+    """A chat reply; with segments (a tool-speaking model), reasoning and calls leave in their own fields."""
+
     kind = "chat.completion"
 
     def __init__(self, served: ServedModel, body: ChatCompletionRequest, generation: Generation,
-                 prompt_tokens: int) -> None:
+                 prompt_tokens: int, forced: str | None = None) -> None:
         super().__init__(served, generation, prompt_tokens, "chatcmpl")
-        self.body = body
+        self.body, self.forced = body, forced
 
     def _logprobs(self, deltas: list[Delta]) -> dict | None:
         if not self.body.logprobs:
@@ -111,18 +115,37 @@ class ChatReply(_Reply):
                              self.body.return_tokens_as_token_ids)
 
     async def whole(self) -> dict[str, Any]:
-        choices = [{"index": index, "message": {"role": "assistant", "content": "".join(d.text for d in deltas)},
-                    "logprobs": self._logprobs(deltas), "finish_reason": deltas[-1].finish_reason}
-                   for index, deltas in enumerate(await self._collect())]
+        choices = []
+        for index, deltas in enumerate(await self._collect()):
+            segments = ReplySegments(self.forced)
+            for delta in deltas:
+                segments.read(delta)
+            choices.append({"index": index, "message": segments.message(), "logprobs": self._logprobs(deltas),
+                            "finish_reason": segments.finish_reason(deltas[-1].finish_reason)})
         return self._object(choices, usage=self._usage())
+
+    def _chunks_of(self, index: int, pieces: list[dict[str, Any]], logprobs: dict | None,
+                   finish: str | None) -> list[dict[str, Any]]:
+        """One chunk per message piece (log-probs on the first, the finish reason on the last); none for a
+        delta that released nothing (a call still being written) unless it carries one of those."""
+        if not pieces and finish is None and logprobs is None:
+            return []
+        pieces = pieces or [{}]
+        return [self._object([{"index": index, "delta": piece, "logprobs": logprobs if number == 0 else None,
+                               "finish_reason": finish if number == len(pieces) - 1 else None}],
+                             "chat.completion.chunk") for number, piece in enumerate(pieces)]
 
     async def chunks(self) -> AsyncIterator[dict[str, Any]]:
         kind = "chat.completion.chunk"
+        segments = [ReplySegments(self.forced) for _ in self.generation.choices]
         for index in range(len(self.generation.choices)):
             yield self._object([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                  "finish_reason": None}], kind)
         async for delta in self.generation.deltas():
-            yield self._object([{"index": delta.index, "delta": {"content": delta.text} if delta.text else {},
-                                 "logprobs": self._logprobs([delta]), "finish_reason": delta.finish_reason}], kind)
+            reader = segments[delta.index]
+            pieces = reader.read(delta)
+            for chunk in self._chunks_of(delta.index, pieces, self._logprobs([delta]),
+                                         reader.finish_reason(delta.finish_reason)):
+                yield chunk
         if self.body.include_usage():
             yield self._object([], kind, usage=self._usage())

@@ -18,6 +18,7 @@ from tinylm.serve.protocol import APIError
 from tinylm.serve.reload import ReloadRefused
 from tinylm.serve.scheduler import Scheduler
 from tinylm.tokenizer.chat_format import ChatFormat
+from tinylm.tools.registry import Tool
 
 
 @dataclass
@@ -32,11 +33,12 @@ class ServedModel:
     int8: bool = False  # how `reload` loads a checkpoint: as the first one was
     checkpoint: str | None = None  # the checkpoint served now (None: a model handed in by a test)
     reload_lock: threading.Lock = field(default_factory=threading.Lock)
+    tools: list[Tool] = field(default_factory=list)  # built-in tools requests may ask the server to run
 
     @classmethod
     def build(cls, name: str, model: nn.Module, tokenizer: Any, max_slots: int = 16,
               prefill_budget: int = 64, meta: Mapping[str, Any] | None = None, logprobs_mode: str = "raw",
-              int8: bool = False, engine: Any = None) -> ServedModel:
+              int8: bool = False, engine: Any = None, tools: list[Tool] | None = None) -> ServedModel:
         """`meta` is the checkpoint's config.json: a chat template there makes it a chat model. `engine`: an
         `EngineClient` whose process owns the model (then `model` only says its config), instead of a
         scheduler thread in this process."""
@@ -49,7 +51,7 @@ class ServedModel:
         chat_model = chat_format is not None and bool((meta or {}).get("chat_template"))
         path = (meta or {}).get("path")
         return cls(name, model, tokenizer, scheduler, chat_format, problem, chat_model, int8,
-                   None if path is None else str(path))
+                   None if path is None else str(path), tools=list(tools or []))
 
     def reload(self, checkpoint: str, timeout: float = 600.0) -> dict[str, Any]:
         """Serve the weights of `checkpoint` (same model config) once the running requests have finished.

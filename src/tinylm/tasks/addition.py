@@ -10,7 +10,9 @@ Each step adds one column, right to left, with the carry in, and writes the colu
 carry out: what a person writes on paper. The answer is then the steps' last digits read back from
 the top, with the final carry in front. `reasoning=0` gives the same problems answered directly, so
 the same model and budget trained on both shows what the scratchpad is worth (docs/tools.md).
-Operands have exactly `digits` digits; `verify` reads the last integer of the final answer.
+Operands have exactly `digits` digits; `verify` reads the last integer of the final answer. The
+working is longer than the default answer budget of evaluation (32 new tokens), so the task declares
+`reply_tokens` and evaluation never cuts a reply shorter than that.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ class AdditionTask(Task):
         if reasoning not in (0, 1):
             raise TinyLMError(f"builtin:addition: reasoning={reasoning} must be 0 or 1")
         self.digits, self.reasoning = digits, bool(reasoning)
+        # A byte-level tokenizer spends at most one token per byte: each working line is at most
+        # "9+9+1=19 c1\n" (12 bytes); the answer is digits + 1; the think markers and end are 3 more.
+        self.reply_tokens = (12 * digits if reasoning else 0) + digits + 4
 
     def _example(self, a: int, b: int) -> Example:
         answer = str(a + b)

@@ -55,6 +55,7 @@ class Task(ABC):
 
     name: str
     tools: tuple[str, ...] = ()  # the built-in tools its prompts declare, which evaluation and RL then run
+    reply_tokens: int = 1  # the fewest new tokens a whole reference reply can need; evaluation never asks for fewer
 
     @abstractmethod
     def examples(self, split: str, n: int, seed: int = 0) -> list[Example]:

@@ -257,6 +257,17 @@ def _literal(text: str) -> str:
     return f"'{text}'"
 
 
+def _template_end(roles: str, assistant: str) -> str:
+    """Both templates' ending: an unknown role is an error; the generation prompt is the assistant header."""
+    return ("  {%- else -%}\n"
+            "    {{- raise_exception('unknown role ' + message['role'] + ' (expected " + roles + ")') -}}\n"
+            "  {%- endif -%}\n"
+            "{%- endfor -%}\n"
+            "{%- if add_generation_prompt -%}\n"
+            "  {{- " + assistant + " -}}\n"
+            "{%- endif -%}")
+
+
 def chat_template(eot_text: str, agent: bool = True) -> str:
     """The Jinja chat template of the format; each marker written whole, so transformers sees its literal.
 
@@ -280,13 +291,7 @@ def chat_template(eot_text: str, agent: bool = True) -> str:
             "    {%- generation -%}\n"
             "      {{- message['content'] + " + end + " -}}\n"
             "    {%- endgeneration -%}\n"
-            "  {%- else -%}\n"
-            "    {{- raise_exception('unknown role ' + message['role'] + ' (expected " + roles + ")') -}}\n"
-            "  {%- endif -%}\n"
-            "{%- endfor -%}\n"
-            "{%- if add_generation_prompt -%}\n"
-            "  {{- " + role["assistant"] + " -}}\n"
-            "{%- endif -%}"
+            + _template_end(roles, role["assistant"])
         )
     tool, think, end_think = _literal(TOOL_ROLE), _literal(THINK), _literal(END_THINK)
     call, end_call, roles = _literal(CALL), _literal(END_CALL), ", ".join(AGENT_ROLES)
@@ -338,11 +343,5 @@ def chat_template(eot_text: str, agent: bool = True) -> str:
         "      {%- endif -%}\n"
         "      {{- " + end + " -}}\n"
         "    {%- endgeneration -%}\n"
-        "  {%- else -%}\n"
-        "    {{- raise_exception('unknown role ' + message['role'] + ' (expected " + roles + ")') -}}\n"
-        "  {%- endif -%}\n"
-        "{%- endfor -%}\n"
-        "{%- if add_generation_prompt -%}\n"
-        "  {{- " + role["assistant"] + " -}}\n"
-        "{%- endif -%}"
+        + _template_end(roles, role["assistant"])
     )

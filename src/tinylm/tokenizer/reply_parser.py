@@ -48,7 +48,8 @@ class ParsedReply:
         return message
 
 
-def _call(text: str, closed: bool) -> ParsedCall:
+def parse_call(text: str, closed: bool) -> ParsedCall:
+    """One call's text (between <|call|> and <|/call|>) as name and arguments, or with why it is malformed."""
     name, newline, arguments = text.partition("\n")
     name = name.strip()
     if not closed:
@@ -85,6 +86,6 @@ def parse_reply(chat: ChatFormat, ids: list[int]) -> ParsedReply:
             i += 1
             continue
         close = rest.index(end_call, i + 1) if end_call in rest[i + 1:] else len(rest)
-        calls.append(_call(decode(rest[i + 1:close]), close < len(rest)))
+        calls.append(parse_call(decode(rest[i + 1:close]), close < len(rest)))
         i = close + 1
     return ParsedReply(decode(content), reasoning, calls)

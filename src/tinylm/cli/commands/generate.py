@@ -156,7 +156,8 @@ def _generate_with_tools(engine: Engine, chat: Any, text: str, args: argparse.Na
     """`generate --chat --tools`: each sample through the tool loop, calls and results on stderr, answers on stdout."""
     sampling = sampling_params(args)
     for sample in range(args.num_samples):
-        def generate(ids: list[list[int]], limits: list[int], seed: int = args.seed + sample) -> list[list[int]]:
+        def generate(ids: list[list[int]], limits: list[int], _rows: list[int],
+                     seed: int = args.seed + sample) -> list[list[int]]:
             return engine.generate(ids, limits, sampling, seed=seed, stop_ids=chat.stop_ids)
 
         (run_,) = run_with_tools(generate, chat, [chat_messages(text, args.system, tools)], tools,

@@ -9,6 +9,7 @@ examples:
   tinylm serve --checkpoint runs/tiny-modern
   tinylm serve --checkpoint runs/tiny-modern --port 8080 --api-key "$KEY"
   tinylm serve --checkpoint runs/tiny-chat --dtype fp32 --port 8001   # what `tinylm rl --rollout-url` samples
+  tinylm serve --checkpoint runs/calc-sft --tools calculator   # runs calls for requests with builtin_tools
   curl http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\
        -d '{"model": "tiny-modern", "prompt": "def main(", "max_tokens": 40}'
 """
@@ -30,11 +31,13 @@ from tinylm.cli.commands.generate import use_threads
 from tinylm.cli.options import add_option
 from tinylm.errors import TinyLMError
 from tinylm.inference.loading import load_for_generation
-from tinylm.options import CHECKPOINT, DTYPE, INT8, THREADS
+from tinylm.options import CHECKPOINT, DTYPE, INT8, THREADS, TOOLS
 from tinylm.serve.app import create_app
 from tinylm.serve.engine_process import EngineClient, EngineOptions
 from tinylm.serve.scheduler import LOGPROBS_MODES
 from tinylm.serve.served_model import ServedModel
+from tinylm.tokenizer.chat_format import ChatFormat
+from tinylm.tools import get_tools
 
 HELP = "OpenAI-compatible HTTP API with continuous batching, and a web chat page"
 
@@ -68,6 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "Python, or a thread of the server's process (default %(default)s)")
     add_option(parser, "int8", INT8, False)
     add_option(parser, "threads", THREADS, kind="int")
+    add_option(parser, "tools", TOOLS, note="the server runs them for requests that name them in builtin_tools")
 
 
 DECODE_DTYPES = {"auto": None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -93,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     use_threads(args.threads)
+    tools = get_tools(args.tools)
     dtype = DECODE_DTYPES[args.dtype]
     engine = None
     if args.engine == "process":
@@ -100,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         # loads the model where it runs and chooses its precision
         model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8, device="cpu",
                                                      dtype=torch.float32)
+        _check_tools(tools, tokenizer, meta)
         options = EngineOptions(str(meta["path"]), args.int8, dtype, args.max_slots, args.prefill_chunk,
                                 args.logprobs_mode, args.threads)
         engine, model = EngineClient(options, model.config), None
@@ -108,21 +114,30 @@ def run(args: argparse.Namespace) -> int:
         meta["decode_precision"] = engine.precision
     else:
         model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8, dtype=dtype)
+        _check_tools(tools, tokenizer, meta)
         sock = bind(args.host, args.port)
     name = args.model_name or Path(args.checkpoint).resolve().name
     served = ServedModel.build(name, model or engine.model, tokenizer, max_slots=args.max_slots,
                                prefill_budget=args.prefill_chunk, meta=meta, logprobs_mode=args.logprobs_mode,
-                               int8=args.int8, engine=engine)
+                               int8=args.int8, engine=engine, tools=tools)
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(create_app(served, args.api_key, args.admin_token), log_level="warning",
                             timeout_graceful_shutdown=args.drain_timeout)
     print(f"tinylm: serving {name} ({meta['path']}) at http://{host}:{port}/v1, chat page at http://{host}:{port}/; "
-          f"{meta['decode_precision']}, {args.logprobs_mode} log-probs, the model in a {args.engine} of its own",
+          f"{meta['decode_precision']}, {args.logprobs_mode} log-probs, the model in a {args.engine} of its own"
+          + (f", built-in tools {', '.join(t.name for t in tools)}" if tools else ""),
           file=sys.stderr, flush=True)
     with _quiet_after_shutdown():
         uvicorn.Server(config).run(sockets=[sock])
     print("tinylm: server stopped", file=sys.stderr)
     return 0
+
+
+def _check_tools(tools: list, tokenizer: object, meta: dict) -> None:
+    """--tools on a model that cannot call them is refused before the port is bound."""
+    if tools and not ChatFormat.from_tokenizer(tokenizer).speaks_tools:
+        raise TinyLMError(f"--tools needs a chat model whose tokenizer has the tool tokens; {meta['path']} "
+                          "has none (fine-tune it with this version of tinylm sft)")
 
 
 @contextmanager

@@ -38,23 +38,24 @@ from tinylm.stages.rl.algorithm import Algorithm
 from tinylm.stages.rl.config import RLConfig
 from tinylm.stages.rl.ppo import PolicyWithValue
 from tinylm.stages.rl.rewards import Reward, RewardsInterrupted
-from tinylm.stages.rl.rollout import Rollouts, on_response, policy_logprobs, response_positions, sample_rollouts
+from tinylm.stages.rl.rollout import (
+    Rollouts,
+    on_response,
+    policy_logprobs,
+    response_positions,
+    sample_rollouts,
+    stable_seed,
+)
 from tinylm.stages.rl.rollout_server import RolloutServer
 from tinylm.stages.rl.step_advantages import step_advantages
 from tinylm.stages.rl.step_totals import StepTotals, step_totals
+from tinylm.stages.rl.tool_rollouts import sample_tool_rollouts
 from tinylm.tasks.task import Example, Task
 from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.tokenizer.tokenizer import Tokenizer
+from tinylm.tools.registry import Tool
 from tinylm.train.faults import StepInterrupted, stop_requested
 from tinylm.train.stage import StageContext
-
-
-def stable_seed(*parts: int) -> int:
-    """A seed from integers, the same on every machine and process (no Python hash randomisation)."""
-    value = 0x9E3779B97F4A7C15
-    for part in parts:
-        value = (value ^ (part + 0x632BE59BD9B4E019)) * 0xBF58476D1CE4E5B9 % 2**63
-    return value
 
 
 def overlong_penalty(mask: torch.Tensor, limit: int, buffer: int | None) -> torch.Tensor:
@@ -70,8 +71,9 @@ class RolloutCollector:
 
     def __init__(self, cfg: RLConfig, algo: Algorithm, chat: ChatFormat, tokenizer: Tokenizer, task: Task,
                  pool: list[Example], reward: Reward, reference: nn.Module | None,
-                 server: RolloutServer | None = None) -> None:
-        self.cfg, self.algo, self.server = cfg, algo, server
+                 server: RolloutServer | None = None, tools: list[Tool] | None = None) -> None:
+        """With `tools`, every rollout is a multi-turn trajectory through the tool loop (tool_rollouts.py)."""
+        self.cfg, self.algo, self.server, self.tools = cfg, algo, server, tools or []
         self.chat, self.tokenizer, self.task, self.reward, self.reference = chat, tokenizer, task, reward, reference
         self.pool = pool
         self.pool_ids = [chat.prompt_ids(e.prompt) for e in pool]
@@ -102,7 +104,7 @@ class RolloutCollector:
         if n_interrupted:  # every rank raises here, together: no rank is left waiting in a collective
             raise StepInterrupted(f"stopped while rewards were computed for round {round_index}")
         any_informative = n_informative > 0
-        limit, buffer = self.cfg.max_new_tokens, self.cfg.overlong_buffer
+        limit, buffer = self.cfg.max_new_tokens * (self.cfg.max_turns if self.tools else 1), self.cfg.overlong_buffer
         for g in flat:
             shaping = overlong_penalty(g["mask"], limit, buffer) if algo.overlong_shaping else 0.0
             g["score"] = g["reward"] + shaping
@@ -110,7 +112,8 @@ class RolloutCollector:
         micro_batches = [self._assemble(ctx, micro, value_model) for micro in groups]
         step_advantages(micro_batches, algo, self.cfg.group_size, self.cfg.gamma, self.cfg.lam, env)
         rollout_s = time.perf_counter() - t0
-        totals = step_totals(micro_batches, flat, algo.aggregation, rollout_s, update_s, env, device)
+        totals = step_totals(micro_batches, flat, algo.aggregation, rollout_s, update_s, env, device,
+                             tools=bool(self.tools))
         if self.server is not None:  # the largest per-token gap |log pi_old - log pi_sampler| of the step
             gap = torch.tensor([max((g["gap_max"] for g in flat), default=0.0)], dtype=torch.float64, device=device)
             totals.metrics["sampler_gap_max"] = float(all_reduce_max(gap, env)[0])
@@ -160,11 +163,14 @@ class RolloutCollector:
         prompts_per_round = cfg.batch_size * cfg.grad_accum * ctx.env.world_size
         picks = [((round_index * prompts_per_round + s) * self.tries + candidate) % len(self.pool) for s in slots]
         seeds = [stable_seed(cfg.seed, round_index, s, candidate) for s in slots]
-        rollouts, sampler_logp = self._rollouts(ctx, [self.pool_ids[p] for p in picks], seeds, policy)
+        rollouts, sampler_logp = self._rollouts(ctx, picks, seeds, policy)
         stops = set(self.chat.stop_ids)
-        texts = [self.tokenizer.decode(r[:-1] if r and r[-1] in stops else r) for r in rollouts.responses]
+        texts = rollouts.texts if rollouts.texts is not None else [
+            self.tokenizer.decode(r[:-1] if r and r[-1] in stops else r) for r in rollouts.responses]
         examples = [self.pool[p] for p in picks for _ in range(G)]
         scores = self.reward.score(texts, examples, should_stop=lambda: stop_requested() is not None)
+        calls, failed_calls = rollouts.calls or [0] * len(texts), rollouts.failed_calls or [0] * len(texts)
+        rewards = [r - cfg.tool_penalty * f for r, f in zip(scores.rewards, failed_calls, strict=True)]
         if scores.failures and self.first_failure is None:
             self.first_failure = scores.first_failure
             ctx.say(f"warning: {scores.failures} reward(s) failed and scored 0 (--reward-errors zero); first: "
@@ -176,18 +182,25 @@ class RolloutCollector:
             out.append({"ids": rollouts.ids[rows], "mask": rollouts.response_mask[rows],
                         "old_logp": rollouts.logprobs[rows], "stopped": rollouts.stopped[rows],
                         **self._sampler_part(rollouts, sampler_logp, rows),
-                        "reward": torch.tensor(scores.rewards[rows], dtype=torch.float64),
+                        "reward": torch.tensor(rewards[rows], dtype=torch.float64),
                         "correct": torch.tensor(correct[rows], dtype=torch.float64), "failures": 0,
-                        "tokens": int(rollouts.response_mask[rows].sum())})
+                        "tokens": int(rollouts.response_mask[rows].sum()),
+                        "calls": sum(calls[rows]), "failed_calls": sum(failed_calls[rows])})
         if scores.failures:  # attribute the failures to the first slot: only their total is logged
             out[0]["failures"] = scores.failures
         return out
 
-    def _rollouts(self, ctx: StageContext[RLConfig], prompts: list[list[int]], seeds: list[int], policy: nn.Module
+    def _rollouts(self, ctx: StageContext[RLConfig], picks: list[int], seeds: list[int], policy: nn.Module
                   ) -> tuple[Rollouts, torch.Tensor | None]:
         """(rollouts whose `logprobs` are the trainer's, the server's log-probs or None when sampled in-process)."""
         cfg = self.cfg
         stops, pad = self.chat.stop_ids, self.tokenizer.eot_id
+        prompts = [self.pool_ids[p] for p in picks]
+        if self.tools:
+            with autocast(ctx.device, ctx.dtype):
+                return sample_tool_rollouts(policy, self.chat, [self.pool[p].prompt for p in picks], cfg.group_size,
+                                            cfg.max_new_tokens, self.sampling, seeds, self.tools, pad,
+                                            cfg.max_turns), None
         if self.server is None:
             with autocast(ctx.device, ctx.dtype):  # the same precision as the loss's recompute
                 return sample_rollouts(policy, prompts, cfg.group_size, cfg.max_new_tokens, self.sampling, seeds,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from tinylm.errors import TinyLMError
-from tinylm.options import MAX_NEW_TOKENS, TEMPERATURE, TOP_K, TOP_P, Option
+from tinylm.options import MAX_NEW_TOKENS, TEMPERATURE, TOOLS, TOP_K, TOP_P, Option
 from tinylm.stages.post_config import PostTrainConfig
 from tinylm.stages.rl.algorithms import Algorithm, algorithms
 from tinylm.stages.rl.kl import KL_ESTIMATORS
@@ -44,6 +44,8 @@ class RLConfig(PostTrainConfig):
     reward_errors: str = Option("a reward that raises, returns no finite number or times out: stop the run with "
                                 "its message, or score the sample 0 and count it (reward_failures)",
                                 choices=REWARD_ERRORS, group=TASK)("stop")
+    tool_penalty: float = Option("with tools: subtracted from a rollout's reward for each call that failed "
+                                 "(malformed, to an unknown tool, or failing)", low=0, group=TASK)(0.0)
     reference: str | None = Option("frozen KL reference (default: --base)", metavar="RUN", group=TASK)(None)
     algo: str = Option("the RL algorithm", choices=lambda: tuple(algorithms()), group=ALGORITHM)("grpo")
     epochs: int = Option("optimizer steps per batch of rollouts", low=1, group=ALGORITHM)(1)
@@ -62,7 +64,11 @@ class RLConfig(PostTrainConfig):
     vf_coef: float = Option("ppo: value loss weight", low=0, group=ALGORITHM)(0.1)
     value_clip: float = Option("ppo: value clip range", low=0, group=ALGORITHM)(0.2)
     group_size: int = Option("responses sampled per prompt", low=1, metavar="G", group=ROLLOUTS)(8)
-    max_new_tokens: int = MAX_NEW_TOKENS(12, group=ROLLOUTS, note="of a response")
+    max_new_tokens: int = MAX_NEW_TOKENS(12, group=ROLLOUTS, note="of a response (with tools: of each turn)")
+    tools: str | None = TOOLS(None, group=ROLLOUTS, note="each rollout a multi-turn trajectory whose calls run "
+                              "(default: the task's own, e.g. builtin:calc's calculator)")
+    max_turns: int = Option("with tools: assistant turns per rollout (a call's result comes back for the next)",
+                            low=1, group=ROLLOUTS)(4)
     temperature: float = TEMPERATURE(1.0, group=ROLLOUTS, note="RL samples: must be > 0")
     top_k: int | None = TOP_K(None, group=ROLLOUTS)
     top_p: float | None = TOP_P(None, group=ROLLOUTS)
@@ -102,6 +108,8 @@ class RLConfig(PostTrainConfig):
             raise TinyLMError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.fsdp:
             raise TinyLMError("tinylm rl samples with whole weights on every rank: use DDP (no --fsdp)")
+        if self.tools and self.rollout_url is not None:
+            raise TinyLMError("--tools runs the calls between turns in-process: it cannot sample on --rollout-url")
 
     def task_spec(self) -> str:
         """The spec `get_task` reads: a bare FILE.jsonl (not a task spec of its own) is a file of prompts."""

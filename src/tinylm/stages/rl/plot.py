@@ -2,7 +2,8 @@
 
 Four panels against wall-clock seconds, one line per run: held-out exact-match (greedy), the
 samples' reward, the k3 KL to the reference, and the informative-group fraction. Wall-clock time
-rather than steps, because the goal of an RL run is stated in minutes.
+rather than steps, because the goal of an RL run is stated in minutes. A panel no run has data for
+is left out, so SFT runs with held-out exact-match (`--eval-every`) get the one panel they fill.
 """
 
 from __future__ import annotations
@@ -35,11 +36,16 @@ def plot_rl_runs(run_dirs: list[str | Path], out: str | Path | None = None) -> P
     if not run_dirs:
         raise TinyLMError("plot needs at least one run folder")
     out_path = Path(out) if out else Path(run_dirs[0]) / RL_PLOT
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
-    for i, run_dir in enumerate(run_dirs):
-        rows = read_metrics(run_dir)
-        for ax, (key, title) in zip(axes.flat, PANELS):
-            x, y = _series(rows, key)
+    series = [{key: _series(read_metrics(run_dir), key) for key, _ in PANELS} for run_dir in run_dirs]
+    panels = [(key, title) for key, title in PANELS if any(s[key][0] for s in series)] or list(PANELS[:1])
+    columns = 1 if len(panels) == 1 else 2
+    rows_of_panels = (len(panels) + 1) // 2
+    fig, axes = plt.subplots(rows_of_panels, columns, figsize=(5 * columns, 3.5 * rows_of_panels), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.remove()
+    for i, (run_dir, run_series) in enumerate(zip(run_dirs, series)):
+        for ax, (key, title) in zip(axes.flat, panels):
+            x, y = run_series[key]
             if x:
                 ax.plot(x, y, color=f"C{i % 10}", marker="o" if key == "exact_match" else None,
                         label=Path(run_dir).resolve().name)

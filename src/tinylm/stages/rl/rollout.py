@@ -55,10 +55,22 @@ class Rollouts:
     stopped: torch.Tensor  # [N] bool: ended by a stop id (False: ran into its length limit)
     group_size: int
     tokens_per_s: float = 0.0  # decode throughput (response tokens per second) of this batch
+    # multi-turn rollouts with tools (tool_rollouts.py): what each reward reads (the final answer) and the calls
+    texts: list[str] | None = None
+    calls: list[int] | None = None
+    failed_calls: list[int] | None = None
 
     @property
     def lengths(self) -> torch.Tensor:
         return self.response_mask.sum(-1)
+
+
+def stable_seed(*parts: int) -> int:
+    """A seed from integers, the same on every machine and process (no Python hash randomisation)."""
+    value = 0x9E3779B97F4A7C15
+    for part in parts:
+        value = (value ^ (part + 0x632BE59BD9B4E019)) * 0xBF58476D1CE4E5B9 % 2**63
+    return value
 
 
 def row_seeds(prompt_seeds: Sequence[int], group_size: int) -> list[int]:

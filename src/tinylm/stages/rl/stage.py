@@ -46,6 +46,8 @@ from tinylm.stages.rl.status import status_line
 from tinylm.stages.rl.step_totals import StepTotals
 from tinylm.stages.rl.update import rollout_loss
 from tinylm.tasks.registry import get_task
+from tinylm.tasks.with_tools import WithTools
+from tinylm.tools.registry import get_tools
 from tinylm.train.stage import Batch, StageLoss
 
 __all__ = ["RLConfig", "RLStage"]  # RLConfig too: pipeline/config.py imports it from here
@@ -61,6 +63,12 @@ class RLStage(FromBaseStage[RLConfig]):
         ctx = self.ctx
         self.algo = cfg.algorithm()
         self.task = get_task(cfg.task_spec())
+        self.tools = get_tools(cfg.tools) if cfg.tools else get_tools(list(self.task.tools))
+        if cfg.tools and {tool.name for tool in self.tools} != set(self.task.tools):
+            self.task = WithTools(self.task, self.tools)  # its prompts declare the tools the rollouts run
+        if self.tools and not self.chat.speaks_tools:
+            raise TinyLMError(f"--tools needs the tool tokens, which {self.base} was fine-tuned before: fine-tune "
+                              "it again with this version of tinylm sft")
         window = self.mcfg.context_length - cfg.max_new_tokens
         self.pool = [e for e in self.task.examples("train", cfg.train_examples, cfg.seed)
                      if len(self.chat.prompt_ids(e.prompt)) <= window]
@@ -75,7 +83,7 @@ class RLStage(FromBaseStage[RLConfig]):
             server = RolloutServer(cfg.rollout_url, cfg.rollout_timeout, cfg.rollout_sync)
             server.check_temperature(cfg.temperature)
         self.rollouts = RolloutCollector(cfg, self.algo, self.chat, self.tokenizer, self.task, self.pool, reward,
-                                         reference, server)
+                                         reference, server, self.tools)
         self.steps_begun = 0  # optimizer steps whose batches were handed out
         self.micro = 0
         self.current: list[dict[str, Any]] = []  # this round's micro-batches (none before the first round)
@@ -96,7 +104,16 @@ class RLStage(FromBaseStage[RLConfig]):
                 f"algo: {a.name}: {a.summary}; aggregation {a.aggregation}, clip [{1 - a.clip_low:g}, "
                 f"{1 + a.clip_high:g}], beta {a.beta:g}",
                 f"rollouts: {prompts} prompts x G {cfg.group_size} per step, up to {cfg.max_new_tokens} new tokens, "
-                f"temperature {cfg.temperature:g}, {cfg.epochs} epoch(s) per batch", *self._server_lines()]
+                f"temperature {cfg.temperature:g}, {cfg.epochs} epoch(s) per batch", *self._tool_lines(),
+                *self._server_lines()]
+
+    def _tool_lines(self) -> list[str]:
+        if not self.tools:
+            return []
+        cfg = self.ctx.cfg
+        return [f"tools: {', '.join(t.name for t in self.tools)}: up to {cfg.max_turns} turns per rollout, each up "
+                f"to {cfg.max_new_tokens} tokens; tool results are context, never actions"
+                + (f"; {cfg.tool_penalty:g} off the reward per failed call" if cfg.tool_penalty else "")]
 
     def _server_lines(self) -> list[str]:
         server = self.rollouts.server

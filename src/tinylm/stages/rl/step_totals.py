@@ -25,8 +25,10 @@ class StepTotals:
 
 
 def step_totals(micro_batches: list[dict[str, Any]], groups: list[dict[str, Any]], aggregation: str,
-                rollout_s: float, update_s: float, env: DistEnv, device: torch.device) -> StepTotals:
-    """Sums over this rank's micro-batches (and its groups, for the sampling counts), then over the ranks."""
+                rollout_s: float, update_s: float, env: DistEnv, device: torch.device,
+                tools: bool = False) -> StepTotals:
+    """Sums over this rank's micro-batches (and its groups, for the sampling counts), then over the ranks;
+    with `tools`, the calls per rollout and the failed ones too."""
     local = torch.tensor([
         sum(units(b["mask"], aggregation) for b in micro_batches),
         sum(float(b["mask"].sum()) for b in micro_batches),
@@ -37,6 +39,7 @@ def step_totals(micro_batches: list[dict[str, Any]], groups: list[dict[str, Any]
         sum(float((~b["stopped"]).sum()) for b in micro_batches),
         float(sum(g["informative"] for g in groups)), float(len(groups)),
         float(sum(g["failures"] for g in groups)), rollout_s, update_s,
+        float(sum(g.get("calls", 0) for g in groups)), float(sum(g.get("failed_calls", 0) for g in groups)),
     ], dtype=torch.float64, device=device)
     t = all_reduce_sum(local, env).tolist()
     ws = env.world_size
@@ -46,4 +49,6 @@ def step_totals(micro_batches: list[dict[str, Any]], groups: list[dict[str, Any]
                "truncated_frac": truncated / n, "informative_frac": informative / n_groups,
                "reward_failures": failures, "rollout_s": rollout_s, "update_s": update_s,
                "rollout_tokens_per_s": generated / max(rollout_s, 1e-9)}
+    if tools:
+        metrics |= {"tool_calls": t[12] / n, "failed_calls": t[13] / n}
     return StepTotals(W, max(T, 1.0), metrics)
