@@ -73,7 +73,7 @@ def test_arith_verifier_reads_the_last_integer() -> None:
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("builtin:nope", "known tasks are builtin:arith, builtin:docstring"),
+    ("builtin:nope", "known tasks are builtin:arith, builtin:calc, builtin:addition, builtin:docstring"),
     ("arith", "known tasks are"),
     ("builtin:arith?digits=0", "digits=0 must be between 1 and 18"),
     ("builtin:arith?digits=two", "digits expects int"),
