@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import torch
 
 from tinylm.checkpoint import load_model
+from tinylm.errors import TinyLMError
 from tinylm.evaluate.exact_match import tool_runs
 from tinylm.evaluate.tool_use import tool_use_anatomy
 from tinylm.tasks.registry import get_task
@@ -29,9 +31,12 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     args = parser.parse_args()
-    model, tokenizer, _ = load_model(args.checkpoint)
-    chat = ChatFormat.from_tokenizer(tokenizer)
-    task = get_task(args.task)
+    try:
+        model, tokenizer, _ = load_model(args.checkpoint)
+        chat = ChatFormat.from_tokenizer(tokenizer)
+        task = get_task(args.task)
+    except TinyLMError as exc:  # a missing or corrupt checkpoint, an unknown task: one line
+        sys.exit(f"bench_tool_use: error: {exc}")
     examples = task.examples("test", args.examples, seed=0)
     with torch.no_grad():
         runs = tool_runs(model, chat, [e.prompt for e in examples], task.tools,

@@ -71,14 +71,15 @@ def tool_runs(model: nn.Module, chat: ChatFormat, prompts: Sequence[list[dict[st
               batch_size: int = 64) -> list[ToolRun]:
     """Every prompt conversation through the tool loop with the built-in `tools`: its calls, results and answer."""
     runs: list[ToolRun] = []
+    named = get_tools(list(tools))
     with _engine(model) as engine:
         for first in range(0, len(prompts), batch_size):
             def generate(ids: list[list[int]], limits: list[int], _rows: list[int],
                          _seed: int = seed + first) -> list[list[int]]:
                 return engine.generate(ids, limits, sampling, seed=_seed, stop_ids=chat.stop_ids)
 
-            runs += run_with_tools(generate, chat, prompts[first:first + batch_size], get_tools(list(tools)),
-                                   max_new_tokens, model.config.context_length)
+            runs += run_with_tools(generate, chat, prompts[first:first + batch_size], named, max_new_tokens,
+                                   model.config.context_length)
     return runs
 
 

@@ -28,7 +28,7 @@ from fastapi.staticfiles import StaticFiles
 from tinylm.serve.builtin_tools import BuiltinToolReply, builtin_tools_of
 from tinylm.serve.error_handlers import install_error_handlers
 from tinylm.serve.generation import Generation
-from tinylm.serve.jobs import chat_jobs, completion_jobs
+from tinylm.serve.jobs import chat_jobs, completion_jobs, start_chat
 from tinylm.serve.protocol import APIError, ChatCompletionRequest, CompletionRequest, ReloadRequest
 from tinylm.serve.replies import ChatReply, CompletionReply
 from tinylm.serve.served_model import ServedModel
@@ -105,9 +105,7 @@ async def chat_reply(served: ServedModel, body: ChatCompletionRequest, request: 
         return _sse(tool_reply.chunks()) if body.stream else await _unless_gone(tool_reply.whole(), tool_reply,
                                                                                   request)
     jobs, prompt = chat_jobs(served, body)
-    agent_ids = served.chat_format.agent_ids if served.chat_format is not None else None
-    generation = Generation(served.scheduler, served.tokenizer, jobs, body.stop_strings(), agent_ids,
-                            "call" if prompt.forced is not None else "content").start()
+    generation = start_chat(served, body, jobs, prompt)
     reply = ChatReply(served, body, generation, len(prompt.ids), prompt.forced)
     return _sse(reply.chunks()) if body.stream else await _unless_gone(reply.whole(), generation, request)
 

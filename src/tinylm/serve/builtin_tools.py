@@ -23,10 +23,10 @@ from typing import Any
 
 from tinylm.inference.tool_loop import MAX_TURNS
 from tinylm.serve.generation import Delta, Generation
-from tinylm.serve.jobs import ChatPrompt, chat_jobs
+from tinylm.serve.jobs import ChatPrompt, chat_jobs, start_chat
 from tinylm.serve.protocol import APIError, ChatCompletionRequest, ChatMessage
 from tinylm.serve.replies import ChatReply, usage
-from tinylm.serve.reply_segments import ReplySegments
+from tinylm.serve.reply_segments import ReplySegments, message_of
 from tinylm.serve.scheduler import Job
 from tinylm.serve.served_model import ServedModel
 from tinylm.tokenizer.tool_calls import tool_name
@@ -88,9 +88,7 @@ class BuiltinToolReply(ChatReply):
         jobs, prompt = self.first
         for round_number in range(1, MAX_TURNS + 1):
             self.prompt_tokens += len(prompt.ids)
-            generation = Generation(self.served.scheduler, self.served.tokenizer, jobs, self.body.stop_strings(),
-                                    self.served.chat_format.agent_ids,  # type: ignore[union-attr] - checked
-                                    "call" if prompt.forced is not None else "content").start()
+            generation = start_chat(self.served, self.body, jobs, prompt)
             self.generations.append(generation)
             segments, finish = ReplySegments(prompt.forced), None
             async for delta in generation.deltas():
@@ -118,24 +116,14 @@ class BuiltinToolReply(ChatReply):
         return {"role": "tool", "tool_call_id": call["id"], "content": result.content}
 
     async def whole(self) -> dict[str, Any]:
-        content: list[str] = []
-        reasoning: list[str] = []
-        calls: list[dict[str, Any]] = []
+        said: list[dict[str, Any]] = []
         deltas: list[Delta] = []
         finish = None
         async for delta, pieces, end in self._steps():
             deltas += [delta] if delta is not None else []
-            for piece in pieces:
-                content.append(piece.get("content", ""))
-                reasoning.append(piece.get("reasoning_content", ""))
-                calls += [{k: v for k, v in c.items() if k != "index"} for c in piece.get("tool_calls", [])]
+            said += pieces
             finish = end or finish
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or (None if calls else "")}
-        if "".join(reasoning):
-            message["reasoning_content"] = "".join(reasoning)
-        if calls:
-            message["tool_calls"] = calls
-        message["tool_messages"] = self.tool_messages
+        message = {**message_of(said), "tool_messages": self.tool_messages}
         choice = {"index": 0, "message": message, "logprobs": self._logprobs(deltas), "finish_reason": finish}
         return self._object([choice], usage=self._usage())
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from tinylm.errors import TinyLMError
 from tinylm.inference.sampling import SamplingParams
+from tinylm.serve.generation import Generation
 from tinylm.serve.protocol import APIError, ChatCompletionRequest, CompletionRequest, Sampling
 from tinylm.serve.scheduler import Job
 from tinylm.serve.served_model import ServedModel
@@ -80,6 +81,13 @@ def chat_jobs(served: ServedModel, body: ChatCompletionRequest) -> tuple[list[Jo
         stops |= {chat.agent_ids[CALL]}  # no tool to call (with "none" they stay declared: the history may use them)
     return [_job(body, prompt.ids, served.window if limit is None else limit, j, stops, logprobs)
             for j in range(body.n)], prompt
+
+
+def start_chat(served: ServedModel, body: ChatCompletionRequest, jobs: list[Job], prompt: ChatPrompt) -> Generation:
+    """The chat jobs started, read by segment (a reply starts inside its call when the prompt forced one)."""
+    agent_ids = served.chat_format.agent_ids if served.chat_format is not None else None
+    return Generation(served.scheduler, served.tokenizer, jobs, body.stop_strings(), agent_ids,
+                      "call" if prompt.forced is not None else "content").start()
 
 
 def _tool_choice(served: ServedModel, body: ChatCompletionRequest, prompt: ChatPrompt) -> ChatPrompt:

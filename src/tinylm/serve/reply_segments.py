@@ -8,7 +8,8 @@ with half a name or half the JSON of its arguments: when <|/call|> closes it, it
 the content, so nothing the model wrote is lost. A choice that made a call and stopped by itself
 ends with finish_reason "tool_calls".
 
-The same reader builds the whole reply and the stream, so the two always say the same thing.
+The same reader builds the whole reply and the stream, so the two always say the same thing: the
+whole message is `message_of` the pieces the stream sends.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ class ReplySegments:
         self.forced = forced
         self.open: int = 1 if forced is not None else 0  # the call being written (0: none)
         self.pending = forced or ""  # its text so far
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
+        self.pieces: list[dict[str, Any]] = []  # every message delta released so far
         self.calls: list[dict[str, Any]] = []  # OpenAI entries, in order
 
     def read(self, delta: Delta) -> list[dict[str, Any]]:
@@ -41,9 +41,8 @@ class ReplySegments:
             if delta.finish_reason is not None:  # the budget or a stop ended the reply inside the call
                 out += self._end_call(closed=False)
         elif delta.text:
-            key = "reasoning_content" if delta.segment == "reasoning" else "content"
-            (self.reasoning if key == "reasoning_content" else self.content).append(delta.text)
-            out.append({key: delta.text})
+            out.append({"reasoning_content" if delta.segment == "reasoning" else "content": delta.text})
+        self.pieces += out
         return out
 
     def finish_reason(self, reason: str | None) -> str | None:
@@ -51,22 +50,29 @@ class ReplySegments:
 
     def message(self) -> dict[str, Any]:
         """The whole assistant message (after every delta was read)."""
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
-        if self.reasoning:
-            message["reasoning_content"] = "".join(self.reasoning)
-        if self.calls:
-            message["tool_calls"] = self.calls
-        elif message["content"] is None:
-            message["content"] = ""
-        return message
+        return message_of(self.pieces)
 
     def _end_call(self, closed: bool) -> list[dict[str, Any]]:
         call: ParsedCall = parse_call(self.pending, closed)
         text, self.open, self.pending = self.pending, 0, ""
         if call.error is not None:
-            self.content.append(text)
             return [{"content": text}] if text else []
         entry = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                  "function": {"name": call.name, "arguments": call.arguments}}
         self.calls.append(entry)
         return [{"tool_calls": [{"index": len(self.calls) - 1, **entry}]}]
+
+
+def message_of(pieces: list[dict[str, Any]]) -> dict[str, Any]:
+    """The assistant message that message deltas add up to: content and reasoning joined, the calls in order
+    (content None beside calls, as OpenAI sends it; "" when there is neither)."""
+    content = "".join(piece.get("content", "") for piece in pieces)
+    reasoning = "".join(piece.get("reasoning_content", "") for piece in pieces)
+    calls = [{k: v for k, v in call.items() if k != "index"}
+             for piece in pieces for call in piece.get("tool_calls", [])]
+    message: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = calls
+    return message

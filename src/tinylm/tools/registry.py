@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinylm.errors import TinyLMError
 from tinylm.tools.calculator import calculate
 from tinylm.tools.python_tool import run_program
+
+if TYPE_CHECKING:
+    from tinylm.tokenizer.chat_format import ChatFormat
 
 
 @dataclass(frozen=True)
@@ -62,3 +65,15 @@ def get_tools(names: str | list[str] | None) -> list[Tool]:
 
 def tool_declarations(tools: list[Tool]) -> list[dict[str, Any]]:
     return [tool.declaration() for tool in tools]
+
+
+def check_can_call(tools: list[Tool], chat: ChatFormat | None, path: object) -> None:
+    """`--tools` on a model that cannot call them (a base model, or one fine-tuned before the tool tokens)
+    is one line saying why, in every command that takes it."""
+    if not tools:
+        return
+    if chat is None:
+        raise TinyLMError(f"--tools needs a chat model; {path} is a base model: fine-tune it with tinylm sft")
+    if not chat.speaks_tools:
+        raise TinyLMError(f"--tools needs the tool tokens, which {path} was fine-tuned before: fine-tune it "
+                          "again with this version of tinylm sft")

@@ -36,7 +36,7 @@ from tinylm.inference.streaming import TextStream
 from tinylm.inference.tool_loop import MAX_TURNS
 from tinylm.options import SYSTEM, TOOLS
 from tinylm.tokenizer.reply_parser import parse_reply
-from tinylm.tools import get_tools, run_call, tool_declarations
+from tinylm.tools import check_can_call, get_tools, run_call, tool_declarations
 
 HELP = "interactive loop: type a line, the model's reply streams back"
 
@@ -119,10 +119,7 @@ def run(args: argparse.Namespace) -> int:
     if chat is None and args.system:
         print("tinylm: --system is ignored: a base model has no system turn", file=sys.stderr)
     tools = get_tools(args.tools)
-    if tools and (chat is None or not chat.speaks_tools):
-        raise TinyLMError(f"--tools needs a chat model whose tokenizer has the tool tokens; {meta['path']} "
-                          f"{'is a base model' if chat is None else 'was fine-tuned before them'}: "
-                          "fine-tune it with tinylm sft")
+    check_can_call(tools, chat, meta["path"])
     conversation: Any = (Turns(chat, window, reply_room, args.system, tools) if chat is not None
                          else TextHistory(tokenizer, window, reply_room))
     turn = 0

@@ -34,7 +34,7 @@ from tinylm.inference.speculative import SpeculativeStats, speculative_stream
 from tinylm.inference.streaming import TextStream
 from tinylm.inference.tool_loop import run_with_tools
 from tinylm.options import CHECKPOINT, INT8, MAX_NEW_TOKENS, SEED, SYSTEM, TEMPERATURE, THREADS, TOOLS, TOP_K, TOP_P
-from tinylm.tools import Tool, get_tools, tool_declarations
+from tinylm.tools import Tool, check_can_call, get_tools, tool_declarations
 
 HELP = "sample text from a checkpoint (streams to stdout)"
 MAX_NUM_SAMPLES = 10_000
@@ -109,9 +109,7 @@ def chat_prompt(text: str, system: str | None, tokenizer: Any, meta: dict[str, A
     if chat is None:
         raise TinyLMError(f"checkpoint {meta['path']} has no chat template: it is a base model (fine-tune it with "
                           "`tinylm sft`, or generate without --chat)")
-    if tools and not chat.speaks_tools:
-        raise TinyLMError(f"--tools needs the tool tokens, which {meta['path']} was fine-tuned before: "
-                          "fine-tune it again with tinylm sft")
+    check_can_call(tools or [], chat, meta["path"])
     ids = chat.prompt_ids(chat_messages(text, system, tools or []))
     if len(ids) >= window:
         raise TinyLMError(f"the message is {len(ids)} tokens in the chat format: no room for a reply in the "

@@ -37,7 +37,7 @@ from tinylm.serve.engine_process import EngineClient, EngineOptions
 from tinylm.serve.scheduler import LOGPROBS_MODES
 from tinylm.serve.served_model import ServedModel
 from tinylm.tokenizer.chat_format import ChatFormat
-from tinylm.tools import get_tools
+from tinylm.tools import check_can_call, get_tools
 
 HELP = "OpenAI-compatible HTTP API with continuous batching, and a web chat page"
 
@@ -135,9 +135,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_tools(tools: list, tokenizer: object, meta: dict) -> None:
     """--tools on a model that cannot call them is refused before the port is bound."""
-    if tools and not ChatFormat.from_tokenizer(tokenizer).speaks_tools:
-        raise TinyLMError(f"--tools needs a chat model whose tokenizer has the tool tokens; {meta['path']} "
-                          "has none (fine-tune it with this version of tinylm sft)")
+    if tools:
+        check_can_call(tools, ChatFormat.from_tokenizer(tokenizer), meta["path"])
 
 
 @contextmanager

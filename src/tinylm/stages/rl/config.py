@@ -45,7 +45,7 @@ class RLConfig(PostTrainConfig):
                                 "its message, or score the sample 0 and count it (reward_failures)",
                                 choices=REWARD_ERRORS, group=TASK)("stop")
     tool_penalty: float = Option("with tools: subtracted from a rollout's reward for each call that failed "
-                                 "(malformed, to an unknown tool, or failing)", low=0, group=TASK)(0.0)
+                                 "(malformed, to an unknown tool, or failing)", low=0, metavar="P", group=TASK)(0.0)
     reference: str | None = Option("frozen KL reference (default: --base)", metavar="RUN", group=TASK)(None)
     algo: str = Option("the RL algorithm", choices=lambda: tuple(algorithms()), group=ALGORITHM)("grpo")
     epochs: int = Option("optimizer steps per batch of rollouts", low=1, group=ALGORITHM)(1)
@@ -68,7 +68,7 @@ class RLConfig(PostTrainConfig):
     tools: str | None = TOOLS(None, group=ROLLOUTS, note="each rollout a multi-turn trajectory whose calls run "
                               "(default: the task's own, e.g. builtin:calc's calculator)")
     max_turns: int = Option("with tools: assistant turns per rollout (a call's result comes back for the next)",
-                            low=1, group=ROLLOUTS)(4)
+                            low=1, metavar="N", group=ROLLOUTS)(4)
     temperature: float = TEMPERATURE(1.0, group=ROLLOUTS, note="RL samples: must be > 0")
     top_k: int | None = TOP_K(None, group=ROLLOUTS)
     top_p: float | None = TOP_P(None, group=ROLLOUTS)

@@ -47,7 +47,7 @@ from tinylm.stages.rl.step_totals import StepTotals
 from tinylm.stages.rl.update import rollout_loss
 from tinylm.tasks.registry import get_task
 from tinylm.tasks.with_tools import WithTools
-from tinylm.tools.registry import get_tools
+from tinylm.tools import check_can_call, get_tools
 from tinylm.train.stage import Batch, StageLoss
 
 __all__ = ["RLConfig", "RLStage"]  # RLConfig too: pipeline/config.py imports it from here
@@ -66,9 +66,7 @@ class RLStage(FromBaseStage[RLConfig]):
         self.tools = get_tools(cfg.tools) if cfg.tools else get_tools(list(self.task.tools))
         if cfg.tools and {tool.name for tool in self.tools} != set(self.task.tools):
             self.task = WithTools(self.task, self.tools)  # its prompts declare the tools the rollouts run
-        if self.tools and not self.chat.speaks_tools:
-            raise TinyLMError(f"--tools needs the tool tokens, which {self.base} was fine-tuned before: fine-tune "
-                              "it again with this version of tinylm sft")
+        check_can_call(self.tools, self.chat, self.base)
         window = self.mcfg.context_length - cfg.max_new_tokens
         self.pool = [e for e in self.task.examples("train", cfg.train_examples, cfg.seed)
                      if len(self.chat.prompt_ids(e.prompt)) <= window]

@@ -44,24 +44,22 @@ def sample_tool_rollouts(model: nn.Module, chat: ChatFormat, prompts: Sequence[S
     conversations = [prompt for prompt in prompts for _ in range(group_size)]
     seed_of = row_seeds(seeds, group_size)
     logprobs: list[list[float]] = [[] for _ in conversations]
-    turns = [0] * len(conversations)
-    generated = 0
+    turn = generated = 0  # every row of a call is at the same turn: the loop only ever drops rows
 
     def generate(heads: list[list[int]], limits: list[int], rows: list[int]) -> list[list[int]]:
         """One turn for each row; rows with the same limit sampled together (sample_rollouts has one limit)."""
-        nonlocal generated
+        nonlocal turn, generated
         out: list[list[int]] = [[] for _ in heads]
         for limit in sorted(set(limits)):
             picked = [k for k, row_limit in enumerate(limits) if row_limit == limit]
             batch = sample_rollouts(model, [heads[k] for k in picked], 1, limit, sampling,
-                                    [stable_seed(seed_of[rows[k]], turns[rows[k]]) for k in picked],
+                                    [stable_seed(seed_of[rows[k]], turn) for k in picked],
                                     chat.stop_ids, pad_id)
             for j, k in enumerate(picked):
                 out[k] = batch.responses[j]
                 logprobs[rows[k]] += batch.logprobs[j][batch.response_mask[j] > 0].tolist()
                 generated += len(out[k])
-        for row in rows:
-            turns[row] += 1
+        turn += 1
         return out
 
     runs = run_with_tools(generate, chat, conversations, tools, max_new_tokens, model.config.context_length,
