@@ -41,6 +41,7 @@ from tinylm.evaluate.exact_match import exact_match
 from tinylm.models.factory import build_model
 from tinylm.models.lora import apply_lora, load_lora_state_dict, lora_state_dict
 from tinylm.models.vocab_growth import init_token_rows
+from tinylm.runtime.compile_policy import eager_blocks
 from tinylm.runtime.device import autocast
 from tinylm.runtime.rng import seed_everything
 from tinylm.stages.post_config import PostTrainConfig
@@ -71,7 +72,7 @@ class FromBaseStage(Stage[PostConfigT]):
         """Greedy exact-match on the task's held-out problems, on rank 0 (a sharded model cannot decode alone)."""
         if self.task is None or not self.eval_problems or not self.ctx.env.is_main or self.ctx.cfg.fsdp:
             return {}
-        with torch.no_grad(), autocast(self.ctx.device, self.ctx.dtype):
+        with torch.no_grad(), autocast(self.ctx.device, self.ctx.dtype), eager_blocks():  # no graph per cache length
             score = exact_match(model, self.chat, self.task, self.eval_problems, self.ctx.cfg.max_new_tokens)
         self.last_samples = score.samples
         self.keep_samples([{"prompt": p, "reply": r, "verified": ok} for p, r, ok in score.samples])

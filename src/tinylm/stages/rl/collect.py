@@ -31,11 +31,14 @@ from torch import nn
 from tinylm.checkpoint import TOKENIZER
 from tinylm.errors import TinyLMError
 from tinylm.inference.sampling import SamplingParams
+from tinylm.runtime.compile_policy import eager_blocks
 from tinylm.runtime.device import autocast
 from tinylm.runtime.distributed import DistEnv, all_reduce_max, all_reduce_sum
 from tinylm.stages.rl.advantages import reward_spread
 from tinylm.stages.rl.algorithm import Algorithm
 from tinylm.stages.rl.config import RLConfig
+from tinylm.stages.rl.inert_rows import drop_inert_rows, rows_can_be_dropped
+from tinylm.stages.rl.policy_losses import units
 from tinylm.stages.rl.ppo import PolicyWithValue
 from tinylm.stages.rl.rewards import Reward, RewardsInterrupted
 from tinylm.stages.rl.rollout import (
@@ -111,9 +114,14 @@ class RolloutCollector:
             g["keep"] = not (algo.dynamic_sampling and any_informative and not g["informative"])
         micro_batches = [self._assemble(ctx, micro, value_model) for micro in groups]
         step_advantages(micro_batches, algo, self.cfg.group_size, self.cfg.gamma, self.cfg.lam, env)
+        for b in micro_batches:  # the loss's units, counted before any row leaves
+            b["units"] = torch.tensor(float(units(b["mask"], algo.aggregation)))
         rollout_s = time.perf_counter() - t0
         totals = step_totals(micro_batches, flat, algo.aggregation, rollout_s, update_s, env, device,
                              tools=bool(self.tools))
+        if rows_can_be_dropped(algo, self.reference is not None):  # token means over the rows computed
+            kept = torch.tensor([sum(drop_inert_rows(b) for b in micro_batches)], dtype=torch.float64, device=device)
+            totals.tokens = max(float(all_reduce_sum(kept, env)[0]), 1.0)
         if self.server is not None:  # the largest per-token gap |log pi_old - log pi_sampler| of the step
             gap = torch.tensor([max((g["gap_max"] for g in flat), default=0.0)], dtype=torch.float64, device=device)
             totals.metrics["sampler_gap_max"] = float(all_reduce_max(gap, env)[0])
@@ -196,13 +204,13 @@ class RolloutCollector:
         cfg = self.cfg
         stops, pad = self.chat.stop_ids, self.tokenizer.eot_id
         prompts = [self.pool_ids[p] for p in picks]
-        if self.tools:
-            with autocast(ctx.device, ctx.dtype):
+        if self.tools:  # decoding runs compiled blocks eagerly: a graph per cache length would never pay
+            with autocast(ctx.device, ctx.dtype), eager_blocks():
                 return sample_tool_rollouts(policy, self.chat, [self.pool[p].prompt for p in picks], cfg.group_size,
                                             cfg.max_new_tokens, self.sampling, seeds, self.tools, pad,
                                             cfg.max_turns), None
         if self.server is None:
-            with autocast(ctx.device, ctx.dtype):  # the same precision as the loss's recompute
+            with autocast(ctx.device, ctx.dtype), eager_blocks():  # the same precision as the loss's recompute
                 return sample_rollouts(policy, prompts, cfg.group_size, cfg.max_new_tokens, self.sampling, seeds,
                                        stops, pad_id=pad), None
         rollouts = self.server.sample(prompts, cfg.group_size, cfg.max_new_tokens, self.sampling, seeds, stops, pad,

@@ -162,7 +162,9 @@ class RLStage(FromBaseStage[RLConfig]):
         return batch
 
     def batch_weight(self, batch: Batch) -> int:
-        return units(batch["mask"], self.algo.aggregation)
+        if "units" in batch:  # counted before inert rows left (inert_rows.py)
+            return int(batch["units"])
+        return units(batch["mask"], self.algo.aggregation)  # a round saved mid-step by an earlier version
 
     def batch_tokens(self, batch: Batch) -> int:
         """Prompt + response rows padded to the micro-batch's longest, not the context: what the update computes."""
