@@ -78,3 +78,14 @@ def test_rows_stay_when_a_kl_term_or_a_value_head_reads_them() -> None:
     assert rows_can_be_dropped(algos["grpo"], has_reference=True) == (algos["grpo"].beta == 0)
     assert not rows_can_be_dropped(algos["ppo"], has_reference=False)
     assert rows_can_be_dropped(algos["dapo"], has_reference=False)
+
+
+def test_a_round_saved_mid_step_keeps_its_dropped_rows_and_resumes_bit_exact(tmp_path: Path) -> None:
+    """Two epochs per round: the checkpoint at step 3 holds round 2's micro-batches, inert rows already gone."""
+    config = {"reward": "test_rl_inert_rows:half_informative_reward", "beta": 0.0, "epochs": 2}
+    run_training(rl_config(tmp_path / "straight", "grpo", max_steps=4, **config), stage=RLStage())
+    run_training(rl_config(tmp_path / "split", "grpo", max_steps=3, **config), stage=RLStage())
+    run_training(rl_config(tmp_path / "split", "grpo", max_steps=4, resume="latest", **config), stage=RLStage())
+    assert losses(tmp_path / "split") == losses(tmp_path / "straight")
+    straight, split = final_weights(tmp_path / "straight"), final_weights(tmp_path / "split")
+    assert all(torch.equal(straight[k], split[k]) for k in straight)

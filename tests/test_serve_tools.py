@@ -169,6 +169,15 @@ def answering_chain(tokenizer: Tokenizer) -> list[int]:
             agent["<|/call|>"], agent["<|endoftext|>"]]
 
 
+def server_calling_chain(tokenizer: Tokenizer) -> list[int]:
+    """After the assistant header, whatever came before: reasoning, then a call to the calculator. A server that
+    runs it goes round MAX_TURNS times (every round calls again), and the last round's call goes back as
+    `tool_calls`: a reply with every kind of piece, for the chat pages."""
+    agent = tokenizer.special_tokens
+    return [agent["<|think|>"], *pieces(tokenizer, "hm"), agent["<|/think|>"], agent["<|call|>"],
+            *pieces(tokenizer, SERVER_CALL), agent["<|/call|>"], agent["<|end|>"]]
+
+
 @pytest.fixture(scope="module")
 def runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[openai.OpenAI, ChatFormat]]:
     """A server that runs the calculator itself."""
@@ -230,3 +239,8 @@ def test_a_server_without_builtin_tools_says_how_to_start_one(served) -> None:
     with pytest.raises(openai.BadRequestError) as error:
         ask(client, extra_body={"builtin_tools": ["calculator"]})
     assert "tinylm serve --tools" in str(error.value)
+
+
+def test_the_models_list_says_which_builtin_tools_the_server_runs(runner, served) -> None:
+    assert [m.model_extra["builtin_tools"] for m in runner[0].models.list().data] == [["calculator"]]
+    assert [m.model_extra["builtin_tools"] for m in served[0].models.list().data] == [[]]

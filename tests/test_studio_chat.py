@@ -105,3 +105,18 @@ def test_the_least_recently_used_model_is_unloaded_past_the_capacity(root: Path)
     finally:
         models.close()
     assert not second.scheduler.thread.is_alive()
+
+
+def test_a_chat_may_ask_the_studio_to_run_the_builtin_tools(tmp_path: Path) -> None:
+    from test_serve_tools import TOOL_CORPUS, server_calling_chain
+
+    chat_checkpoint(tmp_path, server_calling_chain, "caller", TOOL_CORPUS, context_length=512)
+    with studio(tmp_path) as url:
+        reply = httpx.post(f"{url}/api/chat", json={"run": "caller", "temperature": 0, "max_tokens": 60,
+                                                    "messages": [{"role": "user", "content": "2 times 3?"}],
+                                                    "builtin_tools": ["calculator"]}, timeout=60)
+        assert reply.status_code == 200, reply.text
+        message = reply.json()["choices"][0]["message"]
+        assert [m["role"] for m in message["tool_messages"]][:2] == ["assistant", "tool"]
+        assert message["tool_messages"][1]["content"] == "6"  # the calculator ran, in the studio's server
+        assert message["reasoning_content"].startswith("hm")

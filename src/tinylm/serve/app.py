@@ -71,7 +71,8 @@ def create_app(served: ServedModel, api_key: str | None = None, admin_token: str
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": served.name, "object": "model", "created": started,
                                             "owned_by": "tinylm", "max_model_len": served.window,
-                                            "logprobs_mode": served.scheduler.logprobs_mode}]}
+                                            "logprobs_mode": served.scheduler.logprobs_mode,
+                                            "builtin_tools": [tool.name for tool in served.tools]}]}
 
     @app.post("/v1/completions", dependencies=guard)
     async def completions(body: CompletionRequest, request: Request) -> Any:

@@ -8,7 +8,9 @@ sampling, stop handling, window checks and errors. A few models stay loaded (sid
 two); the least recently used one is stopped when another is asked for.
 
 A checkpoint can chat when its config.json carries a chat template (SFT, DPO and RL runs); a base
-model's is refused with the reason.
+model's is refused with the reason. A request may ask for the built-in tools (`builtin_tools`: the
+calculator, Python in the sandbox), which then run as `tinylm serve --tools` runs them; a model
+whose tokenizer has no tool tokens is told so in one line.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tinylm.serve.protocol import ChatCompletionRequest
 from tinylm.serve.served_model import ServedModel
 from tinylm.studio.post_body import json_body
 from tinylm.studio.runs import StudioError, find_runs, newest_checkpoint_config, resolve_run, run_name
+from tinylm.tools.registry import BUILTIN_TOOLS, get_tools
 
 LOADED = 2  # models kept in memory: two panes side by side
 
@@ -82,7 +85,8 @@ class ChatModels:
             if not meta.get("chat_template"):
                 raise StudioError(f"{name} is not a chat model (no chat template: a base model continues text; "
                                   "fine-tune it with tinylm sft)", 409)
-            served = ServedModel.build(name, model, tokenizer, meta=meta)
+            # the built-in tools run only for a request that asks (the page's tool boxes): python in the sandbox
+            served = ServedModel.build(name, model, tokenizer, meta=meta, tools=get_tools(list(BUILTIN_TOOLS)))
             served.scheduler.start()
             self.loaded[path] = served
             evicted = [self.loaded.popitem(last=False)[1] for _ in range(len(self.loaded) - self.capacity)]

@@ -1,6 +1,9 @@
 // The tinylm chat page: keeps the conversation in the page, streams each reply from
 // /v1/chat/completions (Server-Sent Events) and cancels it with the Stop button (the server
-// frees the request's slot as soon as the connection closes). No libraries, works offline.
+// frees the request's slot as soon as the connection closes). A reply shows its reasoning
+// (reasoning_content) apart from its answer, and each round of the built-in tools the server runs
+// (tool_messages: the call, then the tool's result); the conversation keeps them all, so the next
+// turn is sent with them. No libraries, works offline.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -30,6 +33,19 @@ function addMessage(role, text) {
   return div;
 }
 
+// A block inside a reply, before its answer: the reasoning, or one tool call and its result.
+function addPart(bubble, kind, text) {
+  const part = document.createElement("span");
+  part.className = "part " + kind;
+  part.textContent = text;
+  bubble.insertBefore(part, bubble.querySelector(".text"));
+  return part;
+}
+
+function callText(call) {
+  return "→ " + call.function.name + " " + call.function.arguments;
+}
+
 async function loadModel() {
   try {
     const reply = await fetch("/v1/models", { headers: headers() });
@@ -37,6 +53,15 @@ async function loadModel() {
     if (!reply.ok) throw new Error(body.error ? body.error.message : reply.statusText);
     modelName = body.data[0].id;
     $("model").textContent = modelName + " · window " + body.data[0].max_model_len + " tokens";
+    const tools = body.data[0].builtin_tools || [];
+    $("tools").hidden = tools.length === 0;
+    $("tool_list").replaceChildren(...tools.map((name) => {
+      const label = document.createElement("label");
+      const box = document.createElement("input");
+      Object.assign(box, { type: "checkbox", value: name, className: "tool" });
+      label.append(box, " " + name);
+      return label;
+    }));
   } catch (err) {
     $("status").textContent = "cannot list models: " + err.message;
   }
@@ -54,6 +79,8 @@ function requestBody() {
   };
   const topK = Number($("top_k").value);
   if (topK > 0) body.top_k = topK;
+  const tools = [...document.querySelectorAll("input.tool:checked")].map((box) => box.value);
+  if (tools.length) body.builtin_tools = tools;
   return body;
 }
 
@@ -92,7 +119,8 @@ async function send(text) {
   controller = new AbortController();
   setBusy(true);
   $("status").textContent = "generating…";
-  let reply = "";
+  let reply = "", reasoning = "", thinking = null;
+  const rounds = [];  // the assistant and tool messages of the built-in tools' rounds, in order
   try {
     const response = await fetch("/v1/chat/completions", {
       method: "POST", headers: headers(), body: JSON.stringify(requestBody()), signal: controller.signal,
@@ -104,11 +132,28 @@ async function send(text) {
     await readEvents(response, (chunk) => {
       if (chunk.error) throw new Error(chunk.error.message);
       for (const choice of chunk.choices) {
-        if (choice.delta && choice.delta.content) {
-          reply += choice.delta.content;
-          out.textContent = reply;
-          $("log").scrollTop = $("log").scrollHeight;
+        const delta = choice.delta || {};
+        if (delta.reasoning_content) {
+          reasoning += delta.reasoning_content;
+          if (!thinking) thinking = addPart(bubble, "reasoning", "");
+          thinking.textContent = reasoning;
         }
+        for (const message of delta.tool_messages || []) {  // a round of the server's tools: calls, then results
+          rounds.push(message);
+          if (reply) addPart(bubble, "said", reply);  // a round's own words, before its calls
+          reply = "";
+          if (message.role === "tool") addPart(bubble, "tool-result", "← " + message.content);
+          else (message.tool_calls || []).forEach((call) => addPart(bubble, "tool-call", callText(call)));
+          reasoning = "";  // what the round wrote is in its message; the answer comes after
+          out.textContent = "";
+          thinking = null;
+        }
+        for (const call of delta.tool_calls || []) addPart(bubble, "tool-call", callText(call));
+        if (delta.content) {
+          reply += delta.content;
+          out.textContent = reply;
+        }
+        $("log").scrollTop = $("log").scrollHeight;
         if (choice.finish_reason) $("status").textContent = "finished: " + choice.finish_reason;
       }
     });
@@ -120,7 +165,9 @@ async function send(text) {
       $("status").textContent = "error: " + err.message;
     }
   } finally {
-    conversation.push({ role: "assistant", content: reply });
+    const answer = { role: "assistant", content: reply };
+    if (reasoning) answer.reasoning_content = reasoning;
+    conversation.push(...rounds, answer);
     controller = null;
     setBusy(false);
   }

@@ -414,6 +414,25 @@ const studio = (() => {
   }
 
   // ---- chat: one conversation, sent whole to one checkpoint or to two side by side (/api/chat, streamed)
+  // A reply's pieces as they stream: reasoning apart from the answer, and each round of the built-in
+  // tools the server runs (tool_messages: the call, then the result), kept to send with the next turn.
+  const callText = (call) => `→ ${call.function.name} ${call.function.arguments}`;
+  function readDelta(reply, delta) {
+    reply.reasoning += delta.reasoning_content || "";
+    for (const message of delta.tool_messages || []) {
+      if (reply.reasoning) reply.parts.push({ kind: "reasoning", text: reply.reasoning });
+      if (reply.text) reply.parts.push({ kind: "said", text: reply.text });
+      reply.reasoning = reply.text = "";
+      reply.rounds.push(message);
+      if (message.role === "tool") reply.parts.push({ kind: "tool-result", text: "← " + message.content });
+      else (message.tool_calls || []).forEach((call) => reply.parts.push({ kind: "tool-call", text: callText(call) }));
+    }
+    (delta.tool_calls || []).forEach((call) => reply.parts.push({ kind: "tool-call", text: callText(call) }));
+    reply.text += delta.content || "";
+  }
+  const answered = (reply) => [...(reply.rounds || []),
+    { role: "assistant", content: reply.text, ...(reply.reasoning ? { reasoning_content: reply.reasoning } : {}) }];
+
   async function chatPage() {
     const KEY = "tinylm-studio-chat";
     let models;
@@ -443,7 +462,9 @@ const studio = (() => {
         const reply = state.replies[p][i];
         return [el("div", { class: "message user" }, text),
           ...(reply ? [el("div", { class: "message assistant" + (reply.failed ? " failed" : "") + (reply.streaming ? " streaming" : ""),
-            "data-turn": String(i) }, reply.text)] : [])];
+            "data-turn": String(i) }, ...(reply.parts || []).map((part) => el("span", { class: "part " + part.kind }, part.text)),
+            ...(reply.reasoning ? [el("span", { class: "part reasoning" }, reply.reasoning)] : []),
+            el("span", { class: "answer" }, reply.text))] : [])];
       }));
     });
     const number = (id) => Number(document.getElementById(id).value);
@@ -452,11 +473,13 @@ const studio = (() => {
       const system = document.getElementById("system").value.trim();
       const messages = [...(system ? [{ role: "system", content: system }] : []),
         ...state.users.slice(0, turn + 1).flatMap((text, i) => [{ role: "user", content: text },
-          ...(i < turn && state.replies[p][i] && !state.replies[p][i].failed ? [{ role: "assistant", content: state.replies[p][i].text }] : [])])];
+          ...(i < turn && state.replies[p][i] && !state.replies[p][i].failed ? answered(state.replies[p][i]) : [])])];
+      const tools = [...document.querySelectorAll("input.tool:checked")].map((box) => box.value);
       const stop = document.getElementById("stop").value.split(",").map((s) => s.trim()).filter(Boolean);
       const body = { run, checkpoint, messages, temperature: number("temperature"), top_p: number("top_p"),
-        max_tokens: number("max_tokens"), seed: number("seed"), stream: true, ...(stop.length ? { stop } : {}) };
-      const reply = state.replies[p][turn] = { text: "", streaming: true };
+        max_tokens: number("max_tokens"), seed: number("seed"), stream: true, ...(stop.length ? { stop } : {}),
+        ...(tools.length ? { builtin_tools: tools } : {}) };
+      const reply = state.replies[p][turn] = { text: "", reasoning: "", parts: [], rounds: [], streaming: true };
       try {
         const response = await fetch(withToken("/api/chat"), { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
         if (!response.ok) {
@@ -476,7 +499,7 @@ const studio = (() => {
             if (event === "[DONE]") continue;
             const chunk = JSON.parse(event);
             if (chunk.error) throw new Error(chunk.error.message);
-            reply.text += (chunk.choices[0] && chunk.choices[0].delta.content) || "";
+            readDelta(reply, (chunk.choices[0] && chunk.choices[0].delta) || {});
             show();
           }
         }
