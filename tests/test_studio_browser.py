@@ -230,6 +230,34 @@ def test_chat_side_by_side_sends_the_whole_conversation_to_two_checkpoints(brows
         WebDriverWait(browser, 20).until(lambda b: [len(p) for p in b.execute_script(replies)] == [2, 2])
 
 
+def test_a_chat_pane_shows_reasoning_and_tool_rounds_and_sends_them_back(browser: webdriver.Chrome,
+                                                                          tmp_path: Path) -> None:
+    from chat_stop_support import chat_checkpoint
+    from test_serve_tools import TOOL_CORPUS, server_calling_chain
+    from tinylm.inference.tool_loop import MAX_TURNS
+
+    chat_checkpoint(tmp_path, server_calling_chain, "caller", TOOL_CORPUS, context_length=512)
+    parts = ("return [...document.querySelectorAll('#pane-a .assistant')].map(m => "
+             "[...m.querySelectorAll('.part')].map(p => p.className.replace('part ', '')));")
+    with studio(tmp_path) as url:
+        browser.get(f"{url}/chat?a=caller%0Astep_00000001")
+        browser.execute_script("localStorage.clear();")
+        browser.refresh()
+        WebDriverWait(browser, 20).until(lambda b: b.find_elements(By.CSS_SELECTOR, "#pane-a .model option"))
+        browser.find_element(By.ID, "max_tokens").clear()
+        browser.find_element(By.ID, "max_tokens").send_keys("200")
+        browser.find_element(By.CSS_SELECTOR, "input.tool[value=calculator]").click()
+        browser.find_element(By.ID, "message").send_keys("2 times 3?")
+        browser.find_element(By.ID, "send").click()
+        done = "#pane-a .assistant:not(.streaming)"
+        WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.CSS_SELECTOR, done))
+        kinds = ["reasoning", "tool-call", "tool-result"] * (MAX_TURNS - 1) + ["reasoning", "tool-call"]
+        assert browser.execute_script(parts) == [kinds]
+        sent = browser.execute_script("return JSON.parse(localStorage.getItem('tinylm-studio-chat')).replies[0][0];")
+        assert [m["role"] for m in sent["rounds"]] == ["assistant", "tool"] * (MAX_TURNS - 1)
+        assert sent["rounds"][1]["content"] == "6"
+
+
 def test_a_run_page_shows_its_samples_and_builds_its_report_card(browser: webdriver.Chrome, tmp_path: Path) -> None:
     from tinylm.metrics import read_samples
 

@@ -418,16 +418,20 @@ const studio = (() => {
   // tools the server runs (tool_messages: the call, then the result), kept to send with the next turn.
   const callText = (call) => `→ ${call.function.name} ${call.function.arguments}`;
   function readDelta(reply, delta) {
-    reply.reasoning += delta.reasoning_content || "";
-    for (const message of delta.tool_messages || []) {
+    const settle = () => {  // what the round wrote so far goes before its calls
       if (reply.reasoning) reply.parts.push({ kind: "reasoning", text: reply.reasoning });
       if (reply.text) reply.parts.push({ kind: "said", text: reply.text });
       reply.reasoning = reply.text = "";
+    };
+    const call = (c) => reply.parts.push({ kind: "tool-call", text: callText(c) });
+    reply.reasoning += delta.reasoning_content || "";
+    for (const message of delta.tool_messages || []) {
+      settle();
       reply.rounds.push(message);
       if (message.role === "tool") reply.parts.push({ kind: "tool-result", text: "← " + message.content });
-      else (message.tool_calls || []).forEach((call) => reply.parts.push({ kind: "tool-call", text: callText(call) }));
+      else (message.tool_calls || []).forEach(call);
     }
-    (delta.tool_calls || []).forEach((call) => reply.parts.push({ kind: "tool-call", text: callText(call) }));
+    if (delta.tool_calls) { settle(); delta.tool_calls.forEach(call); }
     reply.text += delta.content || "";
   }
   const answered = (reply) => [...(reply.rounds || []),
