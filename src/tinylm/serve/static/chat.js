@@ -33,12 +33,13 @@ function addMessage(role, text) {
   return div;
 }
 
-// A block inside a reply, before its answer: the reasoning, or one tool call and its result.
-function addPart(bubble, kind, text) {
+// A block inside a reply, before its answer (or, with before = null, after it): the reasoning, or
+// one tool call or result.
+function addPart(bubble, kind, text, before = bubble.querySelector(".text")) {
   const part = document.createElement("span");
   part.className = "part " + kind;
   part.textContent = text;
-  bubble.insertBefore(part, bubble.querySelector(".text"));
+  bubble.insertBefore(part, before);
   return part;
 }
 
@@ -148,7 +149,9 @@ async function send(text) {
           out.textContent = "";
           thinking = null;
         }
-        for (const call of delta.tool_calls || []) addPart(bubble, "tool-call", callText(call));
+        for (const call of delta.tool_calls || []) {  // the last round's calls, after what it wrote
+          addPart(bubble, "tool-call", callText(call), null);
+        }
         if (delta.content) {
           reply += delta.content;
           out.textContent = reply;

@@ -117,8 +117,7 @@ class RolloutCollector:
         for b in micro_batches:  # the loss's units, counted before any row leaves
             b["units"] = torch.tensor(float(units(b["mask"], algo.aggregation)))
         rollout_s = time.perf_counter() - t0
-        totals = step_totals(micro_batches, flat, algo.aggregation, rollout_s, update_s, env, device,
-                             tools=bool(self.tools))
+        totals = step_totals(micro_batches, flat, rollout_s, update_s, env, device, tools=bool(self.tools))
         if rows_can_be_dropped(algo, self.reference is not None):  # token means over the rows computed
             kept = torch.tensor([sum(drop_inert_rows(b) for b in micro_batches)], dtype=torch.float64, device=device)
             totals.tokens = max(float(all_reduce_sum(kept, env)[0]), 1.0)

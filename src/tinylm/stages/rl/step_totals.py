@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from tinylm.runtime.distributed import DistEnv, all_reduce_sum
-from tinylm.stages.rl.policy_losses import units
 
 
 @dataclass
@@ -24,13 +23,12 @@ class StepTotals:
     metrics: dict[str, float] = field(default_factory=dict)  # the step's logged means; empty before any round
 
 
-def step_totals(micro_batches: list[dict[str, Any]], groups: list[dict[str, Any]], aggregation: str,
-                rollout_s: float, update_s: float, env: DistEnv, device: torch.device,
-                tools: bool = False) -> StepTotals:
+def step_totals(micro_batches: list[dict[str, Any]], groups: list[dict[str, Any]], rollout_s: float,
+                update_s: float, env: DistEnv, device: torch.device, tools: bool = False) -> StepTotals:
     """Sums over this rank's micro-batches (and its groups, for the sampling counts), then over the ranks;
     with `tools`, the calls per rollout and the failed ones too."""
     local = torch.tensor([
-        sum(units(b["mask"], aggregation) for b in micro_batches),
+        sum(float(b["units"]) for b in micro_batches),  # each micro-batch's, counted once (collect.py)
         sum(float(b["mask"].sum()) for b in micro_batches),
         sum(float(b["reward"].sum()) for b in micro_batches),
         sum(float(b["correct"].sum()) for b in micro_batches),

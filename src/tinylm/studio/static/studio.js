@@ -418,20 +418,17 @@ const studio = (() => {
   // tools the server runs (tool_messages: the call, then the result), kept to send with the next turn.
   const callText = (call) => `→ ${call.function.name} ${call.function.arguments}`;
   function readDelta(reply, delta) {
-    const settle = () => {  // what the round wrote so far goes before its calls
+    reply.reasoning += delta.reasoning_content || "";
+    for (const message of delta.tool_messages || []) {  // a round the server ran: what it wrote, then the calls
       if (reply.reasoning) reply.parts.push({ kind: "reasoning", text: reply.reasoning });
       if (reply.text) reply.parts.push({ kind: "said", text: reply.text });
       reply.reasoning = reply.text = "";
-    };
-    const call = (c) => reply.parts.push({ kind: "tool-call", text: callText(c) });
-    reply.reasoning += delta.reasoning_content || "";
-    for (const message of delta.tool_messages || []) {
-      settle();
       reply.rounds.push(message);
       if (message.role === "tool") reply.parts.push({ kind: "tool-result", text: "← " + message.content });
-      else (message.tool_calls || []).forEach(call);
+      else (message.tool_calls || []).forEach((c) => reply.parts.push({ kind: "tool-call", text: callText(c) }));
     }
-    if (delta.tool_calls) { settle(); delta.tool_calls.forEach(call); }
+    // the last round's calls go back to the client: shown after what the round wrote, which stays its answer
+    (delta.tool_calls || []).forEach((c) => reply.calls.push({ kind: "tool-call", text: callText(c) }));
     reply.text += delta.content || "";
   }
   const answered = (reply) => [...(reply.rounds || []),
@@ -468,7 +465,8 @@ const studio = (() => {
           ...(reply ? [el("div", { class: "message assistant" + (reply.failed ? " failed" : "") + (reply.streaming ? " streaming" : ""),
             "data-turn": String(i) }, ...(reply.parts || []).map((part) => el("span", { class: "part " + part.kind }, part.text)),
             ...(reply.reasoning ? [el("span", { class: "part reasoning" }, reply.reasoning)] : []),
-            el("span", { class: "answer" }, reply.text))] : [])];
+            el("span", { class: "answer" }, reply.text),
+            ...(reply.calls || []).map((part) => el("span", { class: "part " + part.kind }, part.text)))] : [])];
       }));
     });
     const number = (id) => Number(document.getElementById(id).value);
@@ -483,7 +481,7 @@ const studio = (() => {
       const body = { run, checkpoint, messages, temperature: number("temperature"), top_p: number("top_p"),
         max_tokens: number("max_tokens"), seed: number("seed"), stream: true, ...(stop.length ? { stop } : {}),
         ...(tools.length ? { builtin_tools: tools } : {}) };
-      const reply = state.replies[p][turn] = { text: "", reasoning: "", parts: [], rounds: [], streaming: true };
+      const reply = state.replies[p][turn] = { text: "", reasoning: "", parts: [], rounds: [], calls: [], streaming: true };
       try {
         const response = await fetch(withToken("/api/chat"), { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
         if (!response.ok) {
