@@ -12,9 +12,10 @@ is reported as a fraction of it (`one_stream_vs_in_process`), and, steadier on a
 the median ratio of alternating rounds (`one_stream_vs_in_process_alternating`), against the engine
 in this process and in a fresh one. This process sets the numerics the
 `tinylm` command sets (`MKL_CBWR=AUTO,STRICT`, before torch loads), so the in-process figures and the
-server decode under the same MKL mode; measured without it, the in-process engine was ~25% faster here.
+server decode under the same MKL mode (one pair without it once gave the in-process engine ~25% more).
 
     python benchmarks/bench_serve.py [--threads 2] [--requests-per-client 2] [--max-tokens 64]
+    python benchmarks/bench_serve.py --threads 1 --intervals 2,4,8,16   # one stream against --stream-interval-ms
 """
 
 from __future__ import annotations
@@ -62,9 +63,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(checkpoint: Path, port: int, threads: int) -> subprocess.Popen:
+def start_server(checkpoint: Path, port: int, threads: int,
+                 stream_interval_ms: float | None = None) -> subprocess.Popen:
     command = [sys.executable, "-m", "tinylm", "serve", "--checkpoint", str(checkpoint), "--port", str(port),
                "--threads", str(threads), "--model-name", "bench"]
+    if stream_interval_ms is not None:
+        command += ["--stream-interval-ms", f"{stream_interval_ms:g}"]
     server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     banner = server.stderr.readline()
     if "serving" not in banner:
@@ -201,6 +205,54 @@ def alternating(url: str, checkpoint: Path, max_tokens: int, prompt_len: int, th
             "vs_this_process": ratio(1), "vs_a_fresh_process": ratio(2)}
 
 
+def interval_sweep(checkpoint: Path, intervals_ms: list[float], max_tokens: int, prompt_len: int, threads: int,
+                   rounds: int = 12) -> dict:
+    """One stream through servers that differ only in --stream-interval-ms, each round bracketed by two rounds of
+    the in-process engine (their mean is the round's reference); the order of the servers alternates by round.
+    All servers run at once; the idle ones wait on their pipes."""
+    from tinylm.inference.engine import Engine
+
+    servers = {}
+    for interval in intervals_ms:
+        port = free_port()
+        servers[interval] = (start_server(checkpoint, port, threads, interval), f"http://127.0.0.1:{port}")
+    model, _, _ = load_model(checkpoint)
+    engine = Engine(model.eval())
+    prompts = random_prompts(8, prompt_len, 7)
+    engine_round(engine, prompts, max_tokens)
+
+    async def served(url: str) -> tuple[float, float]:
+        async with httpx.AsyncClient(timeout=300) as client:
+            await one_stream(client, url, prompts[0], 4)
+            start, tokens, ttft = time.perf_counter(), 0, []
+            for prompt in prompts:
+                result = await one_stream(client, url, prompt, max_tokens)
+                tokens, ttft = tokens + result["tokens"], [*ttft, result["ttft"]]
+            return tokens / (time.perf_counter() - start), statistics.median(ttft)
+
+    ratios: dict[float, list[float]] = {interval: [] for interval in intervals_ms}
+    ttfts: dict[float, list[float]] = {interval: [] for interval in intervals_ms}
+    try:
+        for _, url in servers.values():
+            asyncio.run(served(url))  # warm-up
+        for round_number in range(rounds):
+            for interval in intervals_ms if round_number % 2 == 0 else intervals_ms[::-1]:
+                before = engine_round(engine, prompts, max_tokens)
+                rate, ttft = asyncio.run(served(servers[interval][1]))
+                after = engine_round(engine, prompts, max_tokens)
+                ratios[interval].append(rate / ((before + after) / 2))
+                ttfts[interval].append(ttft)
+    finally:
+        for server, _ in servers.values():
+            server.terminate()
+            server.wait(60)
+    return {"rounds": rounds, "by_interval_ms": [
+        {"stream_interval_ms": interval,
+         "one_stream_vs_in_process_median": round(statistics.median(ratios[interval]), 3),
+         "ratios": [round(r, 3) for r in ratios[interval]],
+         "ttft_p50_ms": round(1000 * statistics.median(ttfts[interval]), 2)} for interval in intervals_ms]}
+
+
 def engine_round(engine: object, prompts: list[list[int]], max_tokens: int) -> float:
     start = time.perf_counter()
     tokens = sum(len(engine.generate([p], max_tokens, GREEDY)[0]) for p in prompts)  # type: ignore[attr-defined]
@@ -234,10 +286,21 @@ def main() -> None:
     parser.add_argument("--requests-per-client", type=int, default=2, help="(a level runs at least 8 requests)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--prompt-tokens", type=int, default=32)
+    parser.add_argument("--intervals", default=None, metavar="MS,MS,...",
+                        help="only compare one stream through servers with these --stream-interval-ms values")
     parser.add_argument("--engine-worker", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.engine_worker is not None:
         engine_worker(args.engine_worker, args.max_tokens, args.prompt_tokens, args.threads)
+        return
+    if args.intervals is not None:
+        torch.set_num_threads(args.threads)
+        with tempfile.TemporaryDirectory() as tmp:
+            sweep = interval_sweep(make_checkpoint(Path(tmp)), [float(v) for v in args.intervals.split(",")],
+                                   args.max_tokens, args.prompt_tokens, args.threads)
+        print(json.dumps({"model": "tiny preset (modern, random weights), fp32", "server_threads": args.threads,
+                          "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine(),
+                          "max_tokens": args.max_tokens, "prompt_tokens": args.prompt_tokens, **sweep}, indent=2))
         return
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = make_checkpoint(Path(tmp))

@@ -50,6 +50,7 @@ def run_args(out: Path, *extra: str) -> list[str]:
     return args
 
 
+@pytest.mark.slow  # ~18 s: a torchrun group killed and restarted
 def test_a_killed_rank_restarts_the_group_which_resumes_exactly(tmp_path: Path) -> None:
     straight = torchrun_process(*run_args(tmp_path / "straight"))
     assert straight.wait(timeout=240) == 0, straight.stderr.read()[-3000:]

@@ -177,7 +177,7 @@ def test_grad_accum_run_equals_the_big_batch_run(tmp_path: Path, name: str) -> N
     assert losses(tmp_path / "accum") == pytest.approx(losses(tmp_path / "big"), abs=1e-6)
 
 
-@pytest.mark.parametrize("name", ["dpo", "kto"])
+@pytest.mark.parametrize("name", ["dpo", pytest.param("kto", marks=pytest.mark.slow)])  # kto: the same loop
 def test_torchrun_two_processes_equal_one(tmp_path: Path, name: str) -> None:
     run_training(dpo_config(tmp_path / "single", loss=name, batch_size=4), stage=DPOStage())
     result = torchrun(*dpo_args(tmp_path / "ddp", "--batch-size", "2", "--max-steps", "4", "--loss", name))

@@ -101,6 +101,7 @@ def test_accumulating_micro_batches_equals_one_big_batch(tmp_path: Path) -> None
     assert model.backbone.lm_head.weight.grad is None or model.config.tie_embeddings  # the LM head is not used
 
 
+@pytest.mark.slow  # ~7 s; the loop's DDP is in the default suite through SFT, DPO and RL
 def test_torchrun_two_processes_equal_one(tmp_path: Path) -> None:
     run_training(reward_config(tmp_path / "single", batch_size=4), stage=RewardStage())
     result = torchrun(*reward_args(tmp_path / "ddp", "--batch-size", "2", "--max-steps", "4"))

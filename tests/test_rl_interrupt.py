@@ -47,6 +47,7 @@ def interrupting_reward(response: str, example: Example) -> float:
 def test_ctrl_c_during_a_hung_reward_saves_the_last_step_and_exits_130(tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     CALLS[0] = 0
+    handler_before = signal.getsignal(signal.SIGINT)  # SIG_IGN when pytest runs as a background job
     start = time.monotonic()
     code = main(rl_args(tmp_path / "r", "grpo", "--reward", "test_rl_interrupt:interrupting_reward",
                         "--max-steps", "5"))
@@ -54,7 +55,7 @@ def test_ctrl_c_during_a_hung_reward_saves_the_last_step_and_exits_130(tmp_path:
     (checkpoint,) = list_checkpoints(tmp_path / "r")
     assert load_train_state(checkpoint)["step"] == 1  # the step whose rewards never came was dropped
     assert "interrupted; state saved" in capsys.readouterr().err
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    assert signal.getsignal(signal.SIGINT) is handler_before  # handler restored
 
 
 def test_sigint_to_a_tinylm_rl_process_while_its_reward_sleeps(tmp_path: Path) -> None:

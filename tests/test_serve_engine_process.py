@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,3 +111,93 @@ def test_an_engine_process_that_dies_fails_its_stream_and_later_requests_in_one_
     assert reload.status_code == 503 and "the engine process has exited" in reload.json()["error"]["message"]
     assert httpx.get(url + "/metrics").status_code == 503
     assert httpx.get(url + "/v1/models").status_code == 200  # the HTTP side still answers
+
+
+class _CountingPipe:
+    """The server side of the engine pipe, keeping every message that came back."""
+
+    def __init__(self, conn: object) -> None:
+        self.conn, self.messages = conn, []
+
+    def recv(self) -> object:
+        message = self.conn.recv()
+        self.messages.append(message)
+        return message
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.conn, name)
+
+
+def test_a_streams_tokens_leave_every_interval_but_first_tokens_and_endings_never_wait(tmp_path: Path) -> None:
+    """With a 60 s interval, job A's first token leaves at once, with its step; job B, submitted while A runs, gets its
+    first token at once too (carrying A's waiting tokens with it); each ending leaves with its step. Nothing
+    waits the 60 s, and the message count is what the rule gives, not one per step."""
+    from tinylm.serve.engine_process import EngineClient, EngineOptions
+    from tinylm.serve.events import Finished, Token
+    from tinylm.serve.scheduler import Job
+
+    run_dir = make_checkpoint(tmp_path, context_length=512)
+    class CountingClient(EngineClient):
+        def _read(self) -> None:  # the reader thread: from its first message on, through a counting pipe
+            self.conn = _CountingPipe(self.conn)
+            super()._read()
+
+    client = CountingClient(EngineOptions(str(run_dir), threads=1, stream_interval=60.0),
+                            load_model(run_dir)[0].config)
+    client.start()
+    events: dict[str, list[object]] = {"a": [], "b": []}
+    first_of_a, done = threading.Event(), {name: threading.Event() for name in events}
+
+    def collect(name: str):
+        def on_event(event: object) -> None:
+            events[name].append(event)
+            if name == "a":
+                first_of_a.set()
+            if isinstance(event, Finished):
+                done[name].set()
+        return on_event
+
+    start = time.monotonic()
+    try:
+        client.submit(Job(PROMPT, 500, GREEDY, collect("a")))
+        assert first_of_a.wait(30)
+        client.submit(Job(PROMPT[:3], 5, GREEDY, collect("b")))
+        assert done["b"].wait(30) and done["a"].wait(30)
+    finally:
+        client.stop()
+    assert time.monotonic() - start < 50  # no message waited out the interval
+    assert [type(e) for e in events["a"]] == [Token] * 500 + [Finished]
+    assert [type(e) for e in events["b"]] == [Token] * 5 + [Finished]
+    sent = [[(number, type(event)) for number, event in m[1]] for m in client.conn.messages if m[0] == "events"]
+    assert sent[0] == [(0, Token)] * 2  # A's first token at once (with the token its step went on to decode)
+    b_first = next(i for i, m in enumerate(sent) if (1, Token) in m)
+    assert sent[b_first][0] == (0, Token)  # B's first token took A's waiting ones along
+    assert sent[b_first + 1][-1] == (1, Finished)  # B's later tokens waited only for its ending
+    assert sent[-1][-1] == (0, Finished) and len(sent) == b_first + 3  # then A's rest, with A's ending
+
+
+def test_serve_passes_stream_interval_ms_to_the_engine_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    """--stream-interval-ms 1000: a 400-token stream (well under a second of decoding) arrives in two chunks of
+    text, its first step's tokens and then the rest with its ending (give or take a split delivery; the default
+    8 ms gives one every 8 ms); a
+    negative interval is one line and exit 2, as argparse refuses."""
+    run_dir = make_checkpoint(tmp_path, context_length=512)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "tinylm", "serve", "--checkpoint", str(run_dir), "--port",
+                               str(port), "--threads", "1", "--stream-interval-ms", "1000"], stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        assert "serving" in server.stderr.readline()
+        body = {"model": "micro-modern", "prompt": PROMPT, "max_tokens": 400, "temperature": 0, "ignore_eos": True,
+                "stream": True}
+        with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=60) as stream:
+            chunks = [json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: {")]
+    finally:
+        server.kill()
+        server.wait(30)
+    # (a message's events can reach the HTTP side's loop in two deliveries, so a few chunks, not one per token)
+    assert 2 <= len(chunks) <= 4 and chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert sum(len(c["choices"][0]["text"]) for c in chunks) > 0
+    refused = subprocess.run([sys.executable, "-m", "tinylm", "serve", "--checkpoint", str(run_dir),
+                              "--stream-interval-ms", "-1"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "--stream-interval-ms: must be a finite number in [0, 1000]" in refused.stderr

@@ -111,6 +111,7 @@ def test_compare_overlays_two_runs_and_lists_what_differs(browser: webdriver.Chr
         screenshot(browser, "studio-compare.png")
 
 
+@pytest.mark.slow  # ~28 s; launch, stop and resume through the API stay in the default suite (test_studio_launch)
 def test_launch_from_the_form_then_stop_resume_and_finish_from_the_run_page(browser: webdriver.Chrome,
                                                                            tmp_path: Path) -> None:
     """The form is the stage's options: a value out of range shows the CLI's line; Launch, Stop, Resume work."""

@@ -69,6 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=("process", "thread"), default="process",
                         help="where the model runs: a process of its own, so decoding never waits for HTTP's "
                              "Python, or a thread of the server's process (default %(default)s)")
+    parser.add_argument("--stream-interval-ms", type=option_types.bounded_float(0, 1000), default=8.0, metavar="MS",
+                        help="a streamed reply's tokens leave together every MS milliseconds, its first token and "
+                             "its end at once: fewer wake-ups of the server and the client (default %(default)g; "
+                             "0 sends every step; the engine process only)")
     add_option(parser, "int8", INT8, False)
     add_option(parser, "threads", THREADS, kind="int")
     add_option(parser, "tools", TOOLS, note="the server runs them for requests that name them in builtin_tools")
@@ -107,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
                                                      dtype=torch.float32)
         _check_tools(tools, tokenizer, meta)
         options = EngineOptions(str(meta["path"]), args.int8, dtype, args.max_slots, args.prefill_chunk,
-                                args.logprobs_mode, args.threads)
+                                args.logprobs_mode, args.threads, args.stream_interval_ms / 1000)
         engine, model = EngineClient(options, model.config), None
         sock = bind(args.host, args.port)  # a busy port is refused before the engine loads anything
         engine.start()
