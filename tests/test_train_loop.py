@@ -139,12 +139,13 @@ def test_ctrl_c_saves_and_resumes_exactly(tmp_path: Path, monkeypatch: pytest.Mo
         if n == 3:
             os.kill(os.getpid(), signal.SIGINT)  # delivered mid-step, as a real Ctrl-C would be
 
+    handler_before = signal.getsignal(signal.SIGINT)  # SIG_IGN when pytest runs as a background job
     with monkeypatch.context() as m:
         m.setattr(pretrain_stage, "build_model", hooked_build_model(training_calls(1, interrupt)))
         summary = pretrain(config(tmp_path / "stopped", max_steps=6))
     assert summary.stopped == "interrupted" and summary.steps == 3
     assert list_checkpoints(tmp_path / "stopped")[-1].name == "step_00000003"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    assert signal.getsignal(signal.SIGINT) is handler_before  # handler restored
     pretrain(config(tmp_path / "stopped", max_steps=6, resume="latest"))
     assert losses(tmp_path / "stopped") == losses(tmp_path / "straight")
 
