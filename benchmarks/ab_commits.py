@@ -80,9 +80,10 @@ def summarize(values: dict[str, dict[str, list[float]]], before: str, after: str
     summary = {}
     for metric in values[before]:
         first, second = values[before][metric], values[after][metric]
-        summary[metric] = {before: {"median": round(statistics.median(first), 3), "values": first},
-                           after: {"median": round(statistics.median(second), 3), "values": second},
-                           "after_over_before": round(statistics.median(second) / statistics.median(first), 3)}
+        median_first, median_second = statistics.median(first), statistics.median(second)
+        summary[metric] = {before: {"median": round(median_first, 3), "values": first},
+                           after: {"median": round(median_second, 3), "values": second},
+                           "after_over_before": round(median_second / median_first, 3)}
     return summary
 
 

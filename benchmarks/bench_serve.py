@@ -155,6 +155,18 @@ async def load(url: str, clients: int, requests: int, max_tokens: int, prompt_le
             "tpot_p50_ms": round(1000 * percentile(tpot, 50), 2), "tpot_p99_ms": round(1000 * percentile(tpot, 99), 2)}
 
 
+async def served_round(url: str, prompts: list[list[int]], max_tokens: int) -> tuple[float, float]:
+    """One stream at a time through the server, after a short warm-up request: tokens per second over the round's
+    wall time (time to first token included, as a client sees it) and the median time to first token."""
+    async with httpx.AsyncClient(timeout=300) as client:
+        await one_stream(client, url, prompts[0], 4)
+        start, tokens, ttft = time.perf_counter(), 0, []
+        for prompt in prompts:
+            result = await one_stream(client, url, prompt, max_tokens)
+            tokens, ttft = tokens + result["tokens"], [*ttft, result["ttft"]]
+        return tokens / (time.perf_counter() - start), statistics.median(ttft)
+
+
 def alternating(url: str, checkpoint: Path, max_tokens: int, prompt_len: int, threads: int, rounds: int = 7) -> dict:
     """One stream through the server against the in-process engine, in alternating rounds of the same 8 prompts.
 
@@ -175,13 +187,6 @@ def alternating(url: str, checkpoint: Path, max_tokens: int, prompt_len: int, th
                                str(max_tokens), "--prompt-tokens", str(prompt_len), "--threads", str(threads)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-    async def served() -> float:
-        async with httpx.AsyncClient(timeout=300) as client:
-            await one_stream(client, url, prompts[0], 4)
-            start = time.perf_counter()
-            tokens = sum([(await one_stream(client, url, p, max_tokens))["tokens"] for p in prompts])
-            return tokens / (time.perf_counter() - start)
-
     def fresh() -> float:
         worker.stdin.write("round\n")
         worker.stdin.flush()
@@ -189,7 +194,8 @@ def alternating(url: str, checkpoint: Path, max_tokens: int, prompt_len: int, th
 
     try:
         fresh()  # its warm-up
-        rows = [(asyncio.run(served()), engine_round(engine, prompts, max_tokens), fresh()) for _ in range(rounds)]
+        rows = [(asyncio.run(served_round(url, prompts, max_tokens))[0], engine_round(engine, prompts, max_tokens),
+                 fresh()) for _ in range(rounds)]
     finally:
         worker.stdin.close()
         worker.wait(60)
@@ -221,24 +227,15 @@ def interval_sweep(checkpoint: Path, intervals_ms: list[float], max_tokens: int,
     prompts = random_prompts(8, prompt_len, 7)
     engine_round(engine, prompts, max_tokens)
 
-    async def served(url: str) -> tuple[float, float]:
-        async with httpx.AsyncClient(timeout=300) as client:
-            await one_stream(client, url, prompts[0], 4)
-            start, tokens, ttft = time.perf_counter(), 0, []
-            for prompt in prompts:
-                result = await one_stream(client, url, prompt, max_tokens)
-                tokens, ttft = tokens + result["tokens"], [*ttft, result["ttft"]]
-            return tokens / (time.perf_counter() - start), statistics.median(ttft)
-
     ratios: dict[float, list[float]] = {interval: [] for interval in intervals_ms}
     ttfts: dict[float, list[float]] = {interval: [] for interval in intervals_ms}
     try:
         for _, url in servers.values():
-            asyncio.run(served(url))  # warm-up
+            asyncio.run(served_round(url, prompts, max_tokens))  # warm-up
         for round_number in range(rounds):
             for interval in intervals_ms if round_number % 2 == 0 else intervals_ms[::-1]:
                 before = engine_round(engine, prompts, max_tokens)
-                rate, ttft = asyncio.run(served(servers[interval][1]))
+                rate, ttft = asyncio.run(served_round(servers[interval][1], prompts, max_tokens))
                 after = engine_round(engine, prompts, max_tokens)
                 ratios[interval].append(rate / ((before + after) / 2))
                 ttfts[interval].append(ttft)

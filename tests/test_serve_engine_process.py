@@ -179,8 +179,7 @@ def test_a_streams_tokens_leave_every_interval_but_first_tokens_and_endings_neve
 def test_serve_passes_stream_interval_ms_to_the_engine_and_refuses_a_bad_one(tmp_path: Path) -> None:
     """--stream-interval-ms 1000: a 400-token stream (well under a second of decoding) arrives in two chunks of
     text, its first step's tokens and then the rest with its ending (give or take a split delivery; the default
-    8 ms gives one every 8 ms); a
-    negative interval is one line and exit 2, as argparse refuses."""
+    8 ms gives one every 8 ms); a negative interval is one line and exit 2, as argparse refuses."""
     run_dir = make_checkpoint(tmp_path, context_length=512)
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "tinylm", "serve", "--checkpoint", str(run_dir), "--port",

@@ -294,7 +294,7 @@ def _answer(outbox: _Outbox, number: int, scheduler: Scheduler, name: str, args:
 class _Outbox:
     """Events collected during a scheduler step, sent as one message when it ends."""
 
-    def __init__(self, conn: Connection, interval: float = STREAM_INTERVAL_S) -> None:
+    def __init__(self, conn: Connection, interval: float) -> None:
         self.conn, self.lock, self.send_lock = conn, threading.Lock(), threading.Lock()
         self.pending: list[tuple[int, object]] = []
         self.urgent = False  # a first token or an ending is waiting

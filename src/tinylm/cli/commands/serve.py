@@ -33,7 +33,7 @@ from tinylm.errors import TinyLMError
 from tinylm.inference.loading import load_for_generation
 from tinylm.options import CHECKPOINT, DTYPE, INT8, THREADS, TOOLS
 from tinylm.serve.app import create_app
-from tinylm.serve.engine_process import EngineClient, EngineOptions
+from tinylm.serve.engine_process import STREAM_INTERVAL_S, EngineClient, EngineOptions
 from tinylm.serve.scheduler import LOGPROBS_MODES
 from tinylm.serve.served_model import ServedModel
 from tinylm.tokenizer.chat_format import ChatFormat
@@ -69,7 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=("process", "thread"), default="process",
                         help="where the model runs: a process of its own, so decoding never waits for HTTP's "
                              "Python, or a thread of the server's process (default %(default)s)")
-    parser.add_argument("--stream-interval-ms", type=option_types.bounded_float(0, 1000), default=8.0, metavar="MS",
+    parser.add_argument("--stream-interval-ms", type=option_types.bounded_float(0, 1000),
+                        default=STREAM_INTERVAL_S * 1000, metavar="MS",
                         help="a streamed reply's tokens leave together every MS milliseconds, its first token and "
                              "its end at once: fewer wake-ups of the server and the client (default %(default)g; "
                              "0 sends every step; the engine process only)")
