@@ -18,8 +18,9 @@ server decode under the same MKL mode (one pair without it once gave the in-proc
     python benchmarks/bench_serve.py --threads 1 --intervals 2,4,8,16   # one stream against --stream-interval-ms
 """
 
-from __future__ import annotations
+from __future__ import annotations  # noqa: I001 (start_env first)
 
+import tinylm.runtime.start_env  # noqa: F401 (before torch loads: the MKL_CBWR the tinylm command, so the server, runs with)
 import argparse
 import asyncio
 import json
@@ -37,12 +38,12 @@ from pathlib import Path
 import httpx
 import torch
 
-import tinylm.runtime.start_env  # noqa: F401, I001 (first: the MKL_CBWR the tinylm command, so the server, runs with)
 from tinylm.checkpoint import load_model, save_checkpoint
 from tinylm.data.pystdlib import stdlib_files
 from tinylm.inference.sampling import GREEDY
 from tinylm.models.factory import build_model
 from tinylm.presets import preset_config
+from tinylm.runtime import mkl_cbwr
 from tinylm.serve.scheduler import Job, Scheduler
 from tinylm.tokenizer import train_bpe
 
@@ -319,8 +320,8 @@ def main() -> None:
     print(json.dumps({
         "model": "tiny preset (modern, random weights), fp32", "server_threads": args.threads,
         "cpu_count": os.cpu_count(), "machine": platform.processor() or platform.machine(),
-        "torch": torch.__version__, "max_tokens": args.max_tokens, "prompt_tokens": args.prompt_tokens,
-        "levels": levels, "throughput_16_vs_1": round(sixteen / single, 2),
+        "torch": torch.__version__, "numerics": mkl_cbwr.describe(), "max_tokens": args.max_tokens,
+        "prompt_tokens": args.prompt_tokens, "levels": levels, "throughput_16_vs_1": round(sixteen / single, 2),
         "scheduler_only": {"output_tokens_per_s": alone, "throughput_16_vs_1": round(alone[16] / alone[1], 2)},
         "in_process_decode_tokens_per_s": engine, "one_stream_vs_in_process": round(single / engine, 3),
         "one_stream_vs_in_process_alternating": paired,

@@ -56,3 +56,16 @@ def test_a_process_that_loaded_torch_first_is_left_alone(monkeypatch: pytest.Mon
     monkeypatch.delenv(mkl_cbwr.MARKER, raising=False)
     assert not mkl_cbwr.set_default() and mkl_cbwr.VARIABLE not in os.environ
     assert mkl_cbwr.describe().startswith("numerics: MKL_CBWR unset")  # type: ignore[union-attr]
+
+
+def test_the_serving_benchmark_measures_its_reference_under_the_servers_numerics() -> None:
+    """bench_serve compares `tinylm serve` (the command: strict mode) with an engine in its own process: that process
+    must set the mode before torch loads, or the reference decodes without it (a one-row GEMM runs up to 1.7x
+    faster there) and the ratio compares two numerics."""
+    clean = {k: v for k, v in os.environ.items() if k not in (mkl_cbwr.VARIABLE, mkl_cbwr.MARKER)}
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    probe = (f"import sys; sys.path.insert(0, {str(benchmarks)!r}); import bench_serve, os; "
+             "print(os.environ.get('MKL_CBWR'))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=clean)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == mkl_cbwr.DEFAULT

@@ -4,7 +4,8 @@
 architectures, through `runners.py` (the ways a model continues a batch). `sampling.py` turns
 logits into tokens; `fast_decode.py` is the modern forward without module machinery, for what
 `fast_decode_support.py` classifies as handled; `speculative.py` drafts with a small model;
-`int8.py` and `packed_bf16.py` shrink or prepack weights, `decode_timing.py` measures what the
+`int8.py` and `packed_bf16.py` shrink or prepack weights, `row_products.py` multiplies one float32
+row as a matrix-vector product, `decode_timing.py` measures what the
 decode-dtype policy decides on; `loading.py` loads a checkpoint, `streaming.py` and
 `chat_session.py` turn ids into text and conversations.
 

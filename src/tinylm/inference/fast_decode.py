@@ -22,6 +22,8 @@ with fewer operations:
   their key/value head (`one_query_attention`).
 - The two projections that write into the residual stream (attention output, MLP down) add into it
   in the same call: x + y W^T is one `addmm` with x as the accumulator (`residual_projection`).
+- One float32 row is multiplied as a matrix-vector product (`mv`, `addmv`): under the `tinylm`
+  command's strict MKL mode a one-row GEMM costs up to 1.7x a GEMV (`row_products.py`).
 - bf16 weights (an inference copy) go through oneDNN's packed layout, up to 2x faster per product
   at batch 1 with the same outputs (`packed_bf16.py`); that costs a second copy of them.
 - Norms are single `F.rms_norm` calls, except for one row (batch-1 decoding), where that composite
@@ -36,7 +38,6 @@ architecture) goes through the model's generic path (`runners.ModelCacheRunner`)
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -46,11 +47,10 @@ from torch import nn
 from tinylm.inference.fast_decode_support import fast_decode_refusal
 from tinylm.inference.int8 import Int8Linear
 from tinylm.inference.packed_bf16 import can_pack, packed_linear
+from tinylm.inference.row_products import Projection, ResidualProjection, float_product, float_residual_product
 from tinylm.models.modern.mask import attention_mask
 from tinylm.models.modern.rope import apply_rope
 
-Projection = Callable[[torch.Tensor], torch.Tensor]
-ResidualProjection = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x, y) -> x + W y
 ROTATION_TABLE_BYTES = 32 << 20  # above this (long contexts x wide heads) one-token steps rotate elementwise
 
 
@@ -64,8 +64,13 @@ def supports_fast_decode(model: nn.Module) -> bool:
 
 
 def weight_product(weight: torch.Tensor) -> Projection:
-    """x -> F.linear(x, weight): through oneDNN's packed layout for bf16 CPU weights (`packed_bf16.py`)."""
-    return packed_linear(weight) if can_pack(weight) else partial(F.linear, weight=weight)
+    """x -> F.linear(x, weight): through oneDNN's packed layout for bf16 CPU weights (`packed_bf16.py`), one row of a
+    float32 CPU weight as a matrix-vector product (`row_products.py`)."""
+    if can_pack(weight):
+        return packed_linear(weight)
+    if weight.dtype == torch.float32 and weight.device.type == "cpu":
+        return float_product(weight)
+    return partial(F.linear, weight=weight)
 
 
 def fuse_projections(linears: list[nn.Module]) -> Projection:
@@ -89,7 +94,8 @@ def fuse_projections(linears: list[nn.Module]) -> Projection:
 
 
 def residual_projection(linear: nn.Module) -> ResidualProjection:
-    """(x, y) -> x + linear(y) for rows x [N, out], y [N, in]; one `addmm` for a plain float32 Linear.
+    """(x, y) -> x + linear(y) for rows x [N, out], y [N, in]; one `addmm` for a plain float32 Linear (`addmv` for one
+    row on a CPU, `row_products.py`).
 
     The transposed weight is a view taken once: the model's own weight, updated in place by training.
     (A bf16 `addmm` measured slower than its product and add apart; bf16 goes through `weight_product`.)
@@ -97,6 +103,8 @@ def residual_projection(linear: nn.Module) -> ResidualProjection:
     if type(linear) is not nn.Linear or linear.bias is not None:
         return lambda x, y: x + linear(y)
     if linear.weight.dtype == torch.float32:
+        if linear.weight.device.type == "cpu":
+            return float_residual_product(linear.weight)
         return partial(torch.addmm, mat2=linear.weight.t())
     product = weight_product(linear.weight)
     return lambda x, y: x + product(y)

@@ -35,6 +35,7 @@ import torch
 from tinylm.errors import TinyLMError
 from tinylm.inference.loading import load_for_generation
 from tinylm.serve.events import Failed, Finished, Token
+from tinylm.serve.mailbox import held
 from tinylm.serve.reload import ReloadRefused
 from tinylm.serve.scheduler import Job, Scheduler, fit_to_window
 
@@ -184,13 +185,14 @@ class EngineClient:
                       file=sys.stderr)
                 continue
             if message[0] == "events":
-                for number, event in message[1]:
-                    job = self.jobs.get(number)
-                    if job is None:
-                        continue
-                    if isinstance(event, Finished | Failed):
-                        del self.jobs[number]
-                    job.on_event(event)
+                with held():  # the message's events reach each request's loop together
+                    for number, event in message[1]:
+                        job = self.jobs.get(number)
+                        if job is None:
+                            continue
+                        if isinstance(event, Finished | Failed):
+                            del self.jobs[number]
+                        job.on_event(event)
             elif message[0] == "reply":
                 _, number, ok, value = message
                 waiting = self.replies.get(number)
