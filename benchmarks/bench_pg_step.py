@@ -31,7 +31,8 @@ from torch import nn
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
 from tinylm.inference.sampling import SamplingParams
-from tinylm.stages.rl.rollout import Rollouts, policy_logprobs, sample_rollouts
+from tinylm.stages.rl.advantages import group_advantages
+from tinylm.stages.rl.rollout import Rollouts, policy_logprobs, response_texts, sample_rollouts
 from tinylm.tasks.registry import get_task
 from tinylm.tasks.task import Example, Task
 from tinylm.tokenizer.chat_format import ChatFormat
@@ -51,9 +52,7 @@ class Sampler:
         seeds = [seed * 1_000_003 + i for i in range(len(examples))]
         rollouts = sample_rollouts(model, prompts, self.group_size, self.max_new_tokens, self.sampling, seeds,
                                    self.chat.stop_ids, self.tokenizer.eot_id)  # type: ignore[attr-defined]
-        stops = set(self.chat.stop_ids)
-        texts = [self.tokenizer.decode(r[:-1] if r and r[-1] in stops else r)  # type: ignore[attr-defined]
-                 for r in rollouts.responses]
+        texts = response_texts(self.tokenizer, rollouts.responses, self.chat.stop_ids)
         repeated = [e for e in examples for _ in range(self.group_size)]
         rewards = torch.tensor([float(self.task.verify(t, e)) for t, e in zip(texts, repeated, strict=True)])
         return rollouts, rewards
@@ -73,8 +72,7 @@ def policy_gradient(model: nn.Module, sampler: Sampler, examples: Sequence[Examp
     for i in range(0, len(examples), chunk):
         with torch.no_grad():
             rollouts, rewards = sampler(model, examples[i:i + chunk], seed + i)
-        grouped = rewards.view(-1, G)
-        advantages = ((grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-4)).view(-1)
+        advantages = group_advantages(rewards, G)
         model.train()
         logp, _ = policy_logprobs(model, rollouts.ids, temperature, rollouts.response_mask)
         mask = rollouts.response_mask
@@ -106,6 +104,15 @@ def main() -> None:
     parser.add_argument("--steps", default="0.0003,0.001,0.003,0.01,0.03,0.1", metavar="ETA,...")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
+    try:
+        etas = [float(v) for v in args.steps.split(",")]
+    except ValueError:
+        parser.error(f"--steps {args.steps!r}: give step norms as numbers, e.g. 0.001,0.01")
+    for name in ("prompts", "eval_prompts", "group_size", "max_new_tokens"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.group_size < 2:
+        parser.error("--group-size must be at least 2: a group of one has no spread to normalise")
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
@@ -134,7 +141,7 @@ def main() -> None:
     largest = sorted(gradient.items(), key=lambda item: -float(item[1].norm()))[:5]
     rows = [{"eta": eta, "along_gradient": rewards(stepped(model, gradient, eta)),
              "along_random": rewards(stepped(model, random, eta))}
-            for eta in (float(v) for v in args.steps.split(","))]
+            for eta in etas]
     print(json.dumps({"checkpoint": args.checkpoint, "task": args.task, "temperature": args.temperature,
                       "group_size": args.group_size, "prompts": args.prompts, "eval_prompts": args.eval_prompts,
                       "expected_reward_before": before, "gradient_norm": round(gradient_norm, 4),

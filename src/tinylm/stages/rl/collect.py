@@ -46,6 +46,7 @@ from tinylm.stages.rl.rollout import (
     on_response,
     policy_logprobs,
     response_positions,
+    response_texts,
     sample_rollouts,
     stable_seed,
 )
@@ -171,9 +172,8 @@ class RolloutCollector:
         picks = [((round_index * prompts_per_round + s) * self.tries + candidate) % len(self.pool) for s in slots]
         seeds = [stable_seed(cfg.seed, round_index, s, candidate) for s in slots]
         rollouts, sampler_logp = self._rollouts(ctx, picks, seeds, policy)
-        stops = set(self.chat.stop_ids)
-        texts = rollouts.texts if rollouts.texts is not None else [
-            self.tokenizer.decode(r[:-1] if r and r[-1] in stops else r) for r in rollouts.responses]
+        texts = rollouts.texts if rollouts.texts is not None else response_texts(
+            self.tokenizer, rollouts.responses, self.chat.stop_ids)
         examples = [self.pool[p] for p in picks for _ in range(G)]
         scores = self.reward.score(texts, examples, should_stop=lambda: stop_requested() is not None)
         calls, failed_calls = rollouts.calls or [0] * len(texts), rollouts.failed_calls or [0] * len(texts)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -63,6 +64,12 @@ class Rollouts:
     @property
     def lengths(self) -> torch.Tensor:
         return self.response_mask.sum(-1)
+
+
+def response_texts(tokenizer: Any, responses: Sequence[Sequence[int]], stop_ids: Iterable[int]) -> list[str]:
+    """What a reward reads of each response: its text, without the stop token that ended it."""
+    stops = set(stop_ids)
+    return [tokenizer.decode(list(r[:-1]) if r and r[-1] in stops else list(r)) for r in responses]
 
 
 def stable_seed(*parts: int) -> int:
