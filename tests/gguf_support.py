@@ -35,9 +35,9 @@ CORPUS = [
 VOCAB = 320
 
 
-def bpe_tokenizer(root: Path) -> Path:
+def bpe_tokenizer(root: Path, split_digits: bool = False) -> Path:
     """A small byte-level BPE trained here (it reserves the chat tokens), saved as tokenizer.json."""
-    return train_bpe(CORPUS, vocab_size=300).save(root / "tokenizer.json")
+    return train_bpe(CORPUS, vocab_size=300, split_digits=split_digits).save(root / "tokenizer.json")
 
 
 R50K_PROBES = ["hello world!! 123 hello", "say hello, world 12312", "<|user|>hello<|end|><|endoftext|>"]

@@ -224,9 +224,10 @@ BAD_INPUTS = {
     "mostly invalid UTF-8": (lambda t, good: _random_bytes(t), r"mostly not UTF-8: \d+% .*--allow-invalid-utf8"),
     "negative document size": (lambda t, good: [str(good), "--max-document-chars", "-1"], "whole number"),
     "dev fraction out of range": (lambda t, good: [str(good), "--dev-fraction", "1.5"], "between 0 and 1"),
-    "unknown tokenizer": (lambda t, good: [str(good), "--tokenizer", "bpe9"], "not bpe, r50k or an existing"),
+    "unknown tokenizer": (lambda t, good: [str(good), "--tokenizer", "bpe9"],
+                          "not bpe, bpe-digits, r50k or an existing"),
     "vocab with a fixed tokenizer": (lambda t, good: [str(good), "--tokenizer", "r50k", "--vocab-size", "3"],
-                                     "applies to --tokenizer bpe only"),
+                                     "applies to --tokenizer bpe or bpe-digits only"),
     "unsupported file": (lambda t, good: [str(_files(t, {"table.csv": b"a,b"}) / "table.csv")],
                          "unsupported file type"),
     "bad hf spec": (lambda t, good: ["hf:"], "expected hf:NAME"),
@@ -257,3 +258,19 @@ def test_bad_input(case: str, earlier: Path, corpus_dir: Path, tmp_path: Path,
     assert err.startswith("tinylm: error: ") and err.count("\n") == 1, err
     assert re.search(message, err), err
     assert snapshot(earlier) == before
+
+
+def test_bpe_digits_spells_every_number_digit_by_digit(corpus_dir: Path, tmp_path: Path) -> None:
+    out = prepare_dataset(str(corpus_dir), tokenizer="bpe-digits", **OPTIONS)
+    assert out == default_data_dir(str(corpus_dir), "bpe-digits", 512) and out.name.endswith("-bpe512-digits")
+    plain = prepare_dataset(str(corpus_dir), out=tmp_path / "plain", **OPTIONS)
+    digits = load_tokenizer(out)
+    assert digits.backend == "tiktoken" and digits.fallback_reason is None
+    config = json.loads((out / "train.json").read_text())["config"]
+    assert (config["tokenizer"], config["vocab_size"]) == ("bpe-digits", 512)
+    assert json.loads((plain / "train.json").read_text())["config"]["tokenizer"] == "bpe"  # old hashes hold
+    assert not any(sum(ch.isdigit() for ch in digits.decode([i])) > 1 for i in range(5, digits.n_vocab))
+    pieces = [digits.decode([i]) for i in digits.encode(" 870 x870 (870)")]
+    assert pieces.count("8") == pieces.count("7") == pieces.count("0") == 3
+    assert main(["prepare", "--corpus", str(corpus_dir), "--tokenizer", "bpe-digits", "--vocab-size", "512",
+                 "--dev-fraction", "0.2", "--context-length", "32", "--no-progress"]) == 0  # reused, same folder

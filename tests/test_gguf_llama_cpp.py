@@ -73,6 +73,26 @@ def test_llama_cpp_greedy_tokens_equal_tinylm(name: str, tokenizer_file: Path, t
     assert answers[0]["tokens"] == ours
 
 
+def test_llama_cpp_splits_digits_one_by_one_as_a_bpe_digits_tokenizer_does(tmp_path: Path) -> None:
+    """`--tokenizer bpe-digits` is written as llama.cpp's "starcoder" split: single digits, then GPT-2's regex."""
+    import gguf
+
+    tokenizer_file = bpe_tokenizer(tmp_path, split_digits=True)
+    checkpoint = random_checkpoint(tmp_path, "run", BASE_MODELS["llama_gqa"], tokenizer_file, scale=0.3)
+    file = export_gguf(checkpoint, tmp_path / "gguf").file
+    pre = gguf.GGUFReader(str(file)).fields["tokenizer.ggml.pre"]
+    assert bytes(pre.parts[pre.data[0]]).decode() == "starcoder"
+    tokenizer = load_tokenizer(tokenizer_file)
+    texts = [*PROBES, *TOKENIZER_PROBES, "x  123\t 4.5 ½ ²  ", "What is 347 * 582? 201954"]
+    prompt = tokenizer.encode(PROMPT)
+    answers = llama_cpp(file, [{"kind": "greedy", "ids": prompt, "n": N}, *({"kind": "tokenize", "text": t}
+                                                                          for t in texts)], context=CONTEXT)["answers"]
+    for text, answer in zip(texts, answers[1:], strict=True):
+        assert answer["ids"] == tokenizer.encode(text), text
+    ours = tinylm_greedy(checkpoint, prompt, N, stop_ids=(tokenizer.eot_id, tokenizer.special_tokens["<|end|>"]))
+    assert answers[0]["tokens"] == ours
+
+
 def test_llama_cpp_splits_an_r50k_style_vocabulary_as_tiktoken(tmp_path: Path, monkeypatch) -> None:
     import tinylm.interop.gguf_vocab as vocab_module
 

@@ -39,8 +39,26 @@ def test_each_share_counts_what_it_says() -> None:
             run_of(None, "", easy[0].answer),  # easy: direct and right
             run_of("1+1", "2", "nope")]  # easy: called anyway, wrong
     anatomy = tool_use_anatomy(task, [*hard, *easy], runs)
+    lengths: dict[int, list[int]] = {}
+    for example, right in zip(hard, (1, 0, 0, 1), strict=True):
+        tally = lengths.setdefault(len(example.answer), [0, 0])
+        tally[0], tally[1] = tally[0] + right, tally[1] + 1
     assert anatomy == {"problems_with_a_call": 4, "called": 0.75, "right_call": 0.5, "answer_is_result": 0.5,
-                       "exact_match": 0.5, "direct": 2, "direct_called": 0.5, "direct_exact_match": 0.5}
+                       "exact_match": 0.5, "direct": 2, "direct_called": 0.5, "direct_exact_match": 0.5,
+                       "exact_match_by_answer_length": lengths}
+
+
+def test_exact_match_is_split_by_the_length_of_the_answer() -> None:
+    task = get_task("builtin:calc?hard_share=1")
+    examples = task.examples("test", 80, seed=0)
+    five = [e for e in examples if len(e.answer) == 5][:2]
+    six = [e for e in examples if len(e.answer) == 6][:3]
+    # a model that always writes six digits: the 5-digit answers get a digit twice, the 6-digit ones are right
+    runs = [run_of(e.key.split(":")[1], e.answer, e.answer[:2] + e.answer[1:]) for e in five]
+    runs += [run_of(e.key.split(":")[1], e.answer, e.answer) for e in six]
+    anatomy = tool_use_anatomy(task, [*five, *six], runs)
+    assert anatomy["exact_match_by_answer_length"] == {5: [0, 2], 6: [3, 3]}
+    assert anatomy["exact_match"] == anatomy["answer_is_result"] == 0.6
 
 
 def test_the_benchmark_prints_the_anatomy_of_a_checkpoint(chat_run: Path) -> None:  # noqa: F811

@@ -62,9 +62,11 @@ def corpus_slug(corpus: str) -> str:
 
 
 def tokenizer_slug(tokenizer: str, vocab_size: int) -> str:
-    """Folder-name part for a tokenizer spec: `bpe4096`, `r50k`, or `<name>-<hash>` for a file."""
+    """Folder-name part for a tokenizer spec: `bpe4096`, `bpe4096-digits`, `r50k`, or `<name>-<hash>` for a file."""
     if tokenizer == "bpe":
         return f"bpe{vocab_size}"
+    if tokenizer == "bpe-digits":
+        return f"bpe{vocab_size}-digits"
     if tokenizer == "r50k":
         return tokenizer
     return _path_slug(tokenizer)

@@ -6,11 +6,12 @@
    one with another config is refused unless `force`; leftovers of an interrupted one are replaced.
    Documents longer than `max_document_chars` are cut at line breaks (`chunks.py`) before anything
    else sees them, so one big file is many documents.
-2. `bpe`: train a byte-level BPE on the train split's documents (the first `TOKENIZER_TRAIN_BYTES`
-   of them on huge corpora, where a sample gives the same merges at a fraction of the time; they are
-   held in memory while training, which is faster than streaming them), as the pieces
-   `long_runs.py` cuts them into; on the held-out ones if the hash put every document there. A
-   corpus that is mostly U+FFFD is refused here (`corpus_report.py`).
+2. `bpe` (or `bpe-digits`, which cuts numbers into single digits first): train a byte-level BPE on
+   the train split's documents (the first `TOKENIZER_TRAIN_BYTES` of them on huge corpora, where a
+   sample gives the same merges at a fraction of the time; they are held in memory while training,
+   which is faster than streaming them), as the pieces `long_runs.py` cuts them into; on the
+   held-out ones if the hash put every document there. A corpus that is mostly U+FFFD is refused here
+   (`corpus_report.py`).
 3. Encode every document into the train or dev shard (by the document's hash), EOT after each.
 4. Check the result (text at all, at least one context window per split, or else the dev split as
    the tail of the tokens: `tail_split.py`), write the sidecars and tokenizer.json as staged files,
@@ -53,6 +54,7 @@ from tinylm.tokenizer.train import check_vocab_size
 
 FORMAT = 1
 TOKENIZER_TRAIN_BYTES = 1 << 30
+TRAINED = {"bpe": False, "bpe-digits": True}  # the tokenizers trained here, and whether each splits digits
 
 
 def _say(message: str | None, enabled: bool = True) -> None:
@@ -63,7 +65,7 @@ def _say(message: str | None, enabled: bool = True) -> None:
 
 def _check_options(tokenizer: str, vocab_size: int, dev_fraction: float, context_length: int,
                    max_document_chars: int) -> None:
-    if tokenizer == "bpe":
+    if tokenizer in TRAINED:
         check_vocab_size(vocab_size)
     number = isinstance(dev_fraction, int | float) and not isinstance(dev_fraction, bool)
     if not number or not 0 < dev_fraction < 1:
@@ -75,13 +77,14 @@ def _check_options(tokenizer: str, vocab_size: int, dev_fraction: float, context
 
 
 def _fixed_tokenizer(spec: str) -> Tokenizer | None:
-    """The tokenizer for `r50k` or a tokenizer.json path, None for `bpe` (trained later)."""
-    if spec == "bpe":
+    """The tokenizer for `r50k` or a tokenizer.json path, None for `bpe` or `bpe-digits` (trained later)."""
+    if spec in TRAINED:
         return None
     if spec == "r50k":
         return load_r50k()
     if not Path(spec).expanduser().exists():
-        raise TinyLMError(f"--tokenizer {spec}: not bpe, r50k or an existing tokenizer.json file or folder")
+        raise TinyLMError(f"--tokenizer {spec}: not bpe, bpe-digits, r50k or an existing tokenizer.json file "
+                          "or folder")
     return load_tokenizer(Path(spec).expanduser())
 
 
@@ -89,7 +92,7 @@ def prepare_config(source: Corpus, tokenizer: str, fixed: Tokenizer | None, voca
                    dev_fraction: float, text_field: str, max_document_chars: int) -> dict[str, Any]:
     """Everything the shards depend on; its hash decides reuse."""
     if fixed is None:
-        tokenizer_id: dict[str, Any] = {"tokenizer": "bpe", "vocab_size": vocab_size}
+        tokenizer_id: dict[str, Any] = {"tokenizer": tokenizer, "vocab_size": vocab_size}
     else:
         tokenizer_id = {"tokenizer": fixed.name, "tokenizer_sha256": fixed.fingerprint}
     return {"format": FORMAT, "corpus": source.spec, "corpus_fingerprint": source.fingerprint, **tokenizer_id,
@@ -124,8 +127,8 @@ def _tokenizer_texts(documents: Iterable[str], dev_fraction: float, bar: Progres
     return kept
 
 
-def _train_tokenizer(source: Corpus, vocab_size: int, dev_fraction: float, max_document_chars: int,
-                     allow_invalid_utf8: bool, progress: bool) -> Tokenizer:
+def _train_tokenizer(source: Corpus, vocab_size: int, split_digits: bool, dev_fraction: float,
+                     max_document_chars: int, allow_invalid_utf8: bool, progress: bool) -> Tokenizer:
     # looked up per call, not at the top: tests/test_data_long_runs.py spies on tinylm.tokenizer.train.train_bpe
     from tinylm.tokenizer.train import train_bpe
 
@@ -140,9 +143,11 @@ def _train_tokenizer(source: Corpus, vocab_size: int, dev_fraction: float, max_d
         _no_text(source)
     pieces = [piece for text in texts for piece in cut_long_runs(text)]  # a list trains faster than a generator
     size = sum(len(piece) for piece in pieces)
-    _say(f"training a {vocab_size}-token BPE on {len(texts)} documents ({size / 1e6:,.1f} M characters)", progress)
+    digits = " (digits split one by one)" if split_digits else ""
+    _say(f"training a {vocab_size}-token BPE{digits} on {len(texts)} documents ({size / 1e6:,.1f} M characters)",
+         progress)
     with Heartbeat("training the BPE", progress):
-        tokenizer = train_bpe(pieces, vocab_size, progress=progress and sys.stderr.isatty())
+        tokenizer = train_bpe(pieces, vocab_size, progress=progress and sys.stderr.isatty(), split_digits=split_digits)
     short = tokenizer.n_vocab != vocab_size
     note = f" (asked for {vocab_size}: the corpus has no more pairs)" if short else ""
     _say(f"trained a {tokenizer.n_vocab}-token BPE on {len(texts)} documents in "
@@ -206,7 +211,8 @@ def prepare_dataset(corpus: str = "pystdlib", tokenizer: str = "bpe", vocab_size
                     max_document_chars: int = MAX_DOCUMENT_CHARS, allow_invalid_utf8: bool = False) -> Path:
     """Tokenize `corpus` into a data folder (default: `default_data_dir(...)`) and return that folder.
 
-    `tokenizer` is "bpe" (trained here, `vocab_size` tokens), "r50k" or a tokenizer.json path. Documents
+    `tokenizer` is "bpe" (trained here, `vocab_size` tokens), "bpe-digits" (the same, numbers split into
+    single digits first), "r50k" or a tokenizer.json path. Documents
     longer than `max_document_chars` are cut at line breaks (0: never). A corpus whose tokens cannot fill
     two windows of `context_length + 1` (train and dev), or whose text is more than 10% U+FFFD (unless
     `allow_invalid_utf8`), is refused. Errors are `TinyLMError`s and leave any earlier dataset in the
@@ -236,8 +242,8 @@ def prepare_dataset(corpus: str = "pystdlib", tokenizer: str = "bpe", vocab_size
         raise TinyLMError(f"cannot create the output folder {out_dir}: {exc.strerror or exc}") from None
     writers: list[ShardWriter] = []
     try:
-        tok = fixed or _train_tokenizer(source, vocab_size, dev_fraction, max_document_chars, allow_invalid_utf8,
-                                        progress)
+        tok = fixed or _train_tokenizer(source, vocab_size, TRAINED[tokenizer], dev_fraction, max_document_chars,
+                                        allow_invalid_utf8, progress)
         dtype = shard_dtype(tok.n_vocab)
         for split in SPLITS:
             writers.append(ShardWriter(staging.path(f"{split}.bin"), dtype, tok.eot_id))

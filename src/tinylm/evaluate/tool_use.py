@@ -14,6 +14,9 @@ the reference trace:
 
 each as a share of the problems with a reference call. Problems the reference answers directly are
 counted apart (`direct`, and how many of them the model answered with a call anyway).
+`exact_match_by_answer_length` splits the exact-match of the problems with a call by the length of
+the reference answer ({length: [right, problems]}): a model that copies a result into a fixed number
+of places, right for 6-digit products and never for 5-digit ones, shows there and nowhere else.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ def tool_use_anatomy(task: Task, examples: Sequence[Example], runs: Sequence[Too
     """The shares above for `runs` (the tool loop's, one per example, in order)."""
     counts = dict(called=0, right_call=0, answer_is_result=0, exact_match=0)
     direct = direct_called = direct_right = 0
+    by_length: dict[int, list[int]] = {}
     for example, run in zip(examples, runs, strict=True):
         reference = _calls(example.messages)
         made = _calls(run.messages)
@@ -65,8 +69,11 @@ def tool_use_anatomy(task: Task, examples: Sequence[Example], runs: Sequence[Too
         counts["right_call"] += bool(made) and made[0] == reference[0]
         counts["answer_is_result"] += bool(results) and run.final.strip() == results[-1].strip()
         counts["exact_match"] += right
+        tally = by_length.setdefault(len(example.answer), [0, 0])
+        tally[0], tally[1] = tally[0] + right, tally[1] + 1
     with_call = len(examples) - direct
     return {"problems_with_a_call": with_call,
             **{key: count / with_call if with_call else 0.0 for key, count in counts.items()},
             "direct": direct, "direct_called": direct_called / direct if direct else 0.0,
-            "direct_exact_match": direct_right / direct if direct else 0.0}
+            "direct_exact_match": direct_right / direct if direct else 0.0,
+            "exact_match_by_answer_length": {length: by_length[length] for length in sorted(by_length)}}

@@ -94,7 +94,7 @@ def _write_gguf(path: Path, architecture: str, config, vocab: GGUFVocab, tensors
         add(f"{architecture}.{key}", value)
 
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt-2")
+    writer.add_tokenizer_pre(vocab.pre)
     writer.add_token_list(vocab.tokens)
     writer.add_token_types(vocab.token_types)
     writer.add_token_merges(vocab.merges)

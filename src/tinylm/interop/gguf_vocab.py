@@ -5,7 +5,8 @@ BPE it has never seen stops it ("BPE pre-tokenizer was not recognized"). tinylm 
 GPT-2's (the ByteLevel regex), so it names it ("gpt-2") and writes the vocabulary itself:
 
     tokenizer.ggml.model          "gpt2"  (byte-level BPE)
-    tokenizer.ggml.pre            "gpt-2" (GPT-2's regex split, tinylm's)
+    tokenizer.ggml.pre            "gpt-2" (GPT-2's regex split, tinylm's), or "starcoder" for a BPE that
+                                  splits digits one by one first (llama.cpp's name for exactly that split)
     tokenizer.ggml.tokens         every token by id, in the byte alphabet the merges use
     tokenizer.ggml.token_type     1 normal, 3 control for special tokens (end-of-text, roles, <|end|>),
                                   5 unused for the rows a model has beyond its tokenizer
@@ -35,7 +36,7 @@ from tinylm.interop.hf_tokenizer import eot_token, reply_end_token
 from tinylm.tokenizer.bytelevel import bytes_to_token
 from tinylm.tokenizer.load import load_tokenizer
 from tinylm.tokenizer.r50k import MARKER_KEY
-from tinylm.tokenizer.tiktoken_bridge import bridge_problem, merge_pair
+from tinylm.tokenizer.tiktoken_bridge import DIGITS_PATTERN, bridge_problem, merge_pair, split_pattern
 from tinylm.tokenizer.tokenizer import Tokenizer
 
 NORMAL, CONTROL, UNUSED = 1, 3, 5
@@ -50,6 +51,7 @@ class GGUFVocab:
     eot_id: int
     end_id: int  # what ends a generation: end-of-text, or a chat model's <|end|>
     chat_template: str | None = None
+    pre: str = "gpt-2"  # llama.cpp's name for the split before the merges
 
 
 def portable_chat_template(template: str) -> str:
@@ -93,6 +95,7 @@ def gguf_vocab(tokenizer_file: Path, vocab_size: int, chat_template: str | None)
         tokenizer = load_tokenizer(tokenizer_file)
         tokens, merges = _tiktoken_rows(tokenizer)
         specials, eot_id = dict(tokenizer.special_tokens), tokenizer.eot_id
+        pre = "gpt-2"
     else:
         problem = bridge_problem(spec)
         if problem is not None:
@@ -102,6 +105,7 @@ def gguf_vocab(tokenizer_file: Path, vocab_size: int, chat_template: str | None)
         merges = [" ".join(merge_pair(merge)) for merge in spec["model"].get("merges") or []]
         specials = {added["content"]: added["id"] for added in spec.get("added_tokens") or []}
         eot_id = eot_token(tokenizer_file)[0]
+        pre = "starcoder" if split_pattern(spec.get("pre_tokenizer")) == DIGITS_PATTERN else "gpt-2"
     by_id: dict[int, tuple[str, int]] = {i: (token, NORMAL) for i, token in tokens.items()}
     by_id.update({i: (token, CONTROL) for token, i in specials.items()})
     if max(by_id) >= vocab_size:
@@ -114,5 +118,5 @@ def gguf_vocab(tokenizer_file: Path, vocab_size: int, chat_template: str | None)
         chat_template = portable_chat_template(chat_template)
     return GGUFVocab(
         tokens=[token for token, _ in rows], token_types=[kind for _, kind in rows], merges=merges,
-        eot_id=eot_id, end_id=end_id, chat_template=chat_template,
+        eot_id=eot_id, end_id=end_id, chat_template=chat_template, pre=pre,
     )

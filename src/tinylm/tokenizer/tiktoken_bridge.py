@@ -5,7 +5,9 @@ same BPE several times faster. The two agree when the tokenizer.json is a plain 
 byte-level BPE, because then both algorithms compute the same thing:
 
 - tiktoken splits text with the GPT-2 regex, exactly what the ByteLevel pre-tokenizer does
-  (`GPT2_PATTERN` is r50k's spelling of that regex);
+  (`GPT2_PATTERN` is r50k's spelling of that regex); a BPE that first cuts numbers into single
+  digits (HF's `Digits(individual_digits=True)` before ByteLevel, StarCoder's and SmolLM's split)
+  is the same regex with `DIGITS_PATTERN`'s two changes, one regex where HF runs two splits;
 - HF applies merges by their position in the merge list; tiktoken merges the adjacent pair whose
   concatenation has the lowest id. Those orders agree when the i-th merge creates a new token whose
   id grows with i, which is how BPE trainers (GPT-2's and HF's) number their vocabularies.
@@ -22,6 +24,10 @@ from typing import Any
 from tinylm.tokenizer.bytelevel import CHAR_TO_BYTE, token_to_bytes
 
 GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+# Digits first, then GPT-2's regex on what lies between them: every number character is a piece of its
+# own (no leading space: the digit split already cut the space off), and a whitespace run just before a
+# digit ends its piece, as whitespace at the end of the text does (hence `(?![^\s\p{N}])` for `(?!\S)`).
+DIGITS_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++|\p{N}| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?![^\s\p{N}])|\s"""
 
 PROBE_TEXT = (
     "def f(x, y):\n\treturn x**2 + y  # it's fine, isn't it?\n\n\n    \n"
@@ -40,11 +46,22 @@ def merge_pair(merge: Any) -> tuple[str, str]:
     return left, right
 
 
-def _pretokenizer_is_gpt2(pre: Any) -> bool:
-    if not isinstance(pre, dict):
-        return False
-    return (pre.get("type") == "ByteLevel" and pre.get("use_regex", True) is True
+def _is_gpt2_bytelevel(pre: Any) -> bool:
+    return (isinstance(pre, dict) and pre.get("type") == "ByteLevel" and pre.get("use_regex", True) is True
             and pre.get("add_prefix_space", False) is False)
+
+
+def split_pattern(pre: Any) -> str | None:
+    """tiktoken's regex for a tokenizer.json `pre_tokenizer`: GPT-2's split, or single digits then GPT-2's;
+    None for any other split."""
+    if _is_gpt2_bytelevel(pre):
+        return GPT2_PATTERN
+    steps = pre.get("pretokenizers") if isinstance(pre, dict) and pre.get("type") == "Sequence" else None
+    if (isinstance(steps, list) and len(steps) == 2 and isinstance(steps[0], dict)
+            and steps[0].get("type") == "Digits" and steps[0].get("individual_digits") is True
+            and _is_gpt2_bytelevel(steps[1])):
+        return DIGITS_PATTERN
+    return None
 
 
 def mergeable_vocab(spec: dict[str, Any]) -> dict[str, int]:
@@ -67,8 +84,8 @@ def bridge_problem(spec: dict[str, Any]) -> str | None:
         return "byte_fallback is on"
     if spec.get("normalizer") is not None:
         return "a normalizer is set"
-    if not _pretokenizer_is_gpt2(spec.get("pre_tokenizer")):
-        return "the pre-tokenizer is not GPT-2's ByteLevel regex split"
+    if split_pattern(spec.get("pre_tokenizer")) is None:
+        return "the pre-tokenizer is not GPT-2's ByteLevel regex split (alone or after single digits)"
     for added in spec.get("added_tokens") or []:
         if not added.get("special") or added.get("lstrip") or added.get("rstrip") or added.get("single_word"):
             return f"added token {added.get('content')!r} is not a plain special token"
@@ -100,4 +117,5 @@ def tiktoken_from_hf(spec: dict[str, Any], name: str):
 
     ranks = {token_to_bytes(token): token_id for token, token_id in mergeable_vocab(spec).items()}
     specials = {added["content"]: int(added["id"]) for added in spec.get("added_tokens") or []}
-    return tiktoken.Encoding(name, pat_str=GPT2_PATTERN, mergeable_ranks=ranks, special_tokens=specials)
+    return tiktoken.Encoding(name, pat_str=split_pattern(spec.get("pre_tokenizer")), mergeable_ranks=ranks,
+                             special_tokens=specials)

@@ -8,6 +8,9 @@ the 256 bytes and the special tokens: "<|endoftext|>" (id 0), which prepare puts
 and the chat tokens <|system|>, <|user|>, <|assistant|>, <|end|> (ids 1-4, tokenizer/chat_tokens.py),
 reserved now so that a model pretrained with this tokenizer can be fine-tuned to chat without growing.
 A pair must occur at least twice to be merged: a merge seen once memorises rather than compresses.
+With `split_digits` every digit is a piece of its own before the regex runs (as in StarCoder,
+SmolLM, Llama 1 and Qwen), so no token holds two digits: a number is spelled the same way wherever it
+appears, which a small model needs to copy or compute with numbers digit by digit.
 `tokenizers` trains on all cores in about a second for 10 MB; the result is then run by tiktoken.
 """
 
@@ -36,14 +39,17 @@ def check_vocab_size(vocab_size: int) -> None:
         raise TinyLMError(f"vocab size {vocab_size} is too large (at most {MAX_VOCAB})")
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int = 4096, progress: bool = False) -> Tokenizer:
+def train_bpe(texts: Iterable[str], vocab_size: int = 4096, progress: bool = False,
+              split_digits: bool = False) -> Tokenizer:
     """A byte-level BPE of `vocab_size` tokens trained on `texts` (fewer if the text runs out of pairs)."""
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, pre_tokenizers, trainers
 
     check_vocab_size(vocab_size)
     hf = HFTokenizer(models.BPE())
-    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    hf.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+                        if split_digits else byte_level)
     hf.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=list(RESERVED_SPECIALS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),

@@ -10,6 +10,8 @@ corpora (--corpus):
 
 tokenizers (--tokenizer):
   bpe                         byte-level BPE trained on the train split (--vocab-size, default 4096)
+  bpe-digits                  the same with every digit its own piece, so no token holds two digits
+                              (as StarCoder's, SmolLM's and Qwen's): numbers are spelled one way everywhere
   r50k                        GPT-2's encoding via tiktoken (needs its file locally; vocab padded to 50304)
   PATH                        an existing tokenizer.json (or a folder holding one)
 
@@ -41,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--corpus", default="pystdlib",
                         help="pystdlib, a path or glob, or hf:NAME[:CONFIG][:SPLIT] (default: pystdlib)")
     parser.add_argument("--tokenizer", default="bpe",
-                        help="bpe, r50k, or a tokenizer.json path (default: bpe)")
+                        help="bpe, bpe-digits, r50k, or a tokenizer.json path (default: bpe)")
     parser.add_argument("--vocab-size", type=int, default=None,
                         help=f"BPE vocabulary size, the 256 bytes and the special tokens included "
                              f"(default: {DEFAULT_VOCAB})")
@@ -66,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
     from tinylm.data.prepare import prepare_dataset  # here: this module stays free of tokenizers and numpy
     from tinylm.data.shards import check_data_dir  # (as above)
 
-    if args.vocab_size is not None and args.tokenizer != "bpe":
-        raise TinyLMError(f"--vocab-size applies to --tokenizer bpe only "
+    if args.vocab_size is not None and args.tokenizer not in ("bpe", "bpe-digits"):
+        raise TinyLMError(f"--vocab-size applies to --tokenizer bpe or bpe-digits only "
                           f"({args.tokenizer} has a fixed vocabulary)")
     out = prepare_dataset(corpus=args.corpus, tokenizer=args.tokenizer,
                           vocab_size=DEFAULT_VOCAB if args.vocab_size is None else args.vocab_size,
