@@ -212,11 +212,10 @@ def prepare_dataset(corpus: str = "pystdlib", tokenizer: str = "bpe", vocab_size
     """Tokenize `corpus` into a data folder (default: `default_data_dir(...)`) and return that folder.
 
     `tokenizer` is "bpe" (trained here, `vocab_size` tokens), "bpe-digits" (the same, numbers split into
-    single digits first), "r50k" or a tokenizer.json path. Documents
-    longer than `max_document_chars` are cut at line breaks (0: never). A corpus whose tokens cannot fill
-    two windows of `context_length + 1` (train and dev), or whose text is more than 10% U+FFFD (unless
-    `allow_invalid_utf8`), is refused. Errors are `TinyLMError`s and leave any earlier dataset in the
-    folder untouched.
+    single digits first), "r50k" or a tokenizer.json path. Documents longer than `max_document_chars` are
+    cut at line breaks (0: never). A corpus whose tokens cannot fill two windows of `context_length + 1`
+    (train and dev), or whose text is more than 10% U+FFFD (unless `allow_invalid_utf8`), is refused. Errors
+    are `TinyLMError`s and leave any earlier dataset in the folder untouched.
     """
     start = time.perf_counter()
     _check_options(tokenizer, vocab_size, dev_fraction, context_length, max_document_chars)

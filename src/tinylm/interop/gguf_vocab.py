@@ -16,12 +16,12 @@ GPT-2's (the ByteLevel regex), so it names it ("gpt-2") and writes the vocabular
     eot (end-of-turn) token       a chat model's <|end|> (a base model has none)
     tokenizer.chat_template       a chat model's template, without transformers' {% generation %} marks
 
-Only a plain GPT-2-style byte-level BPE is written (the conditions tokenizer/tiktoken_bridge.py
-checks); any other tokenizer is refused with the reason rather than written as ids llama.cpp
-would split differently. GPT-2's own r50k (a tiktoken rank table, which a checkpoint names rather
-than copies) is written too: tiktoken merges by rank, so each token's merge is the split of its
-bytes that BPE over the lower ranks leaves (`merges_from_ranks`), which is how GPT-2's merges.txt
-and r50k's ranks describe one tokenizer.
+Only a plain GPT-2-style byte-level BPE, with or without the digit split before it, is written (the
+conditions tokenizer/tiktoken_bridge.py checks); any other tokenizer is refused with the reason
+rather than written as ids llama.cpp would split differently. GPT-2's own r50k (a tiktoken rank
+table, which a checkpoint names rather than copies) is written too: tiktoken merges by rank, so each
+token's merge is the split of its bytes that BPE over the lower ranks leaves (`merges_from_ranks`),
+which is how GPT-2's merges.txt and r50k's ranks describe one tokenizer.
 """
 
 from __future__ import annotations
