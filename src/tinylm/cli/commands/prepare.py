@@ -11,7 +11,7 @@ corpora (--corpus):
 tokenizers (--tokenizer):
   bpe                         byte-level BPE trained on the train split (--vocab-size, default 4096)
   bpe-digits                  the same with every digit its own piece, so no token holds two digits
-                              (as StarCoder's, SmolLM's and Qwen's): numbers are spelled one way everywhere
+                              (StarCoder's and SmolLM's split): numbers are spelled one way everywhere
   r50k                        GPT-2's encoding via tiktoken (needs its file locally; vocab padded to 50304)
   PATH                        an existing tokenizer.json (or a folder holding one)
 
