@@ -45,8 +45,8 @@ def test_it_runs_on_tiktoken_and_no_token_holds_two_digits(digits: Tokenizer) ->
                                                                                        digits.n_vocab))
     # the same number, wherever it stands, is the same tokens
     for text in (" 870", "x870", "(870)", "870\n", "a  870"):
-        assert [digits.decode([i]) for i in digits.encode(text)][-4 if text.endswith(("\n", ")")) else -3:][:3] \
-            == ["8", "7", "0"], text
+        pieces = [digits.decode([i]) for i in digits.encode(text)]
+        assert [piece for piece in pieces if any(ch.isdigit() for ch in piece)] == ["8", "7", "0"], text
 
 
 @pytest.mark.parametrize("text", VARIED + NUMBERS)

@@ -65,10 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinylm.data.prepare import prepare_dataset  # here: this module stays free of tokenizers and numpy
+    from tinylm.data.prepare import TRAINED, prepare_dataset  # here: this module stays free of tokenizers and numpy
     from tinylm.data.shards import check_data_dir  # (as above)
 
-    if args.vocab_size is not None and args.tokenizer not in ("bpe", "bpe-digits"):
+    if args.vocab_size is not None and args.tokenizer not in TRAINED:
         raise TinyLMError(f"--vocab-size applies to --tokenizer bpe or bpe-digits only "
                           f"({args.tokenizer} has a fixed vocabulary)")
     out = prepare_dataset(corpus=args.corpus, tokenizer=args.tokenizer,
