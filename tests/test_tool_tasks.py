@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from tinylm.errors import TinyLMError
 from tinylm.tasks.calc import hard
 from tinylm.tasks.registry import get_task
 from tinylm.tokenizer import train_bpe
@@ -52,6 +53,27 @@ def test_calc_splits_are_disjoint_and_the_baseline_has_no_tool() -> None:
     assert {e.key for e in direct} == {e.key for e in task.examples("test", 50)}
     assert all(len(e.messages) == 2 and e.messages[-1]["content"] == e.answer for e in direct)
     assert all(hard(e) for e in get_task("builtin:calc?hard_share=1.0").examples("test", 20))
+
+
+def test_calc_even_lengths_balances_the_train_split_and_leaves_held_out_problems_alone() -> None:
+    natural, even = get_task("builtin:calc?hard_share=1"), get_task("builtin:calc?hard_share=1&even_lengths=1")
+    all_products = [a * b for a in range(100, 1000) for b in range(100, 1000)]
+    natural_short = sum(p < 10**5 for p in all_products) / len(all_products)  # 0.174: 5-digit products are rare
+
+    def short_share(examples: list) -> float:
+        return sum(len(e.answer) == 5 for e in examples) / len(examples)
+
+    assert 0.15 < short_share(natural.examples("train", 2000, seed=4)) < 0.20 and 0.17 < natural_short < 0.18
+    balanced = even.examples("train", 2000, seed=4)
+    assert 0.46 < short_share(balanced) < 0.54 and {len(e.answer) for e in balanced} == {5, 6}
+    assert all(hard(e) and e.messages[-1]["content"] == e.answer for e in balanced)
+    assert len({e.key for e in balanced}) == 2000
+    test_keys = {e.key for e in natural.examples("test", 300)}
+    assert not {e.key for e in balanced} & test_keys  # still the train split's problems
+    # the held-out problems are the natural mix, problem for problem
+    assert [e.key for e in even.examples("test", 300, seed=2)] == [e.key for e in natural.examples("test", 300, seed=2)]
+    with pytest.raises(TinyLMError, match="even_lengths=2 must be 0"):
+        get_task("builtin:calc?even_lengths=2")
 
 
 def test_addition_reasoning_is_the_written_working(fmt: ChatFormat) -> None:
