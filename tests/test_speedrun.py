@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_train_support import MICRO, config, data_dir, rows
+from test_train_support import MICRO, MICRO_CLASSIC, config, data_dir, rows
+from tinylm.bench import speedrun
 from tinylm.bench.recipes import CHANGES, RECORD, parse_recipe
-from tinylm.bench.speedrun import SpeedrunOptions, plan_entries, run_order
+from tinylm.bench.speedrun import SpeedrunOptions, applicable_pins, plan_entries, run_order
 from tinylm.bench.time_to_target import median_ratio, ratio, reach
 from tinylm.cli.main import main
 from tinylm.errors import TinyLMError
@@ -151,6 +152,42 @@ def test_speedrun_end_to_end_alternates_pins_the_choices_and_reports_the_median_
     muon = [r["ratio"] if r["ratio"] is not None else math.inf for r in runs if r["recipe"] == "muon"]
     expected = statistics.median(muon)
     assert result["time_to_target_ratio"] == (None if math.isinf(expected) else expected)
+
+
+def test_the_attention_kernel_is_pinned_only_where_the_model_has_a_choice() -> None:
+    entries, _ = plan_entries(SpeedrunOptions(recipes=["nanogpt", "muon", "dtype=fp32"]))
+    reference, nanogpt, muon, fp32 = (entry.config for entry in entries)
+    pins = {"dtype": "bf16", "attention": "blockwise", "compile": "off"}
+    assert applicable_pins(pins, reference) == applicable_pins(pins, muon) == pins
+    assert applicable_pins(pins, nanogpt) == {"dtype": "bf16", "compile": "off"}  # the classic model's own attention
+    assert applicable_pins(pins, fp32) == {"attention": "blockwise", "compile": "off"}  # its own dtype stays
+
+
+def test_a_nanogpt_row_races_beside_a_modern_reference_whose_kernel_is_pinned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel the reference chose (blockwise here) is kept for the modern runs and never given to nanogpt."""
+    real = speedrun.pinned_choices
+
+    def blockwise_for_the_modern_model(checkpoint: str | None) -> dict[str, str]:
+        choices = real(checkpoint)
+        arch = json.loads((Path(checkpoint) / "config.json").read_text())["model"]["arch"]
+        return {**choices, "attention": "blockwise"} if arch == "modern" else choices
+
+    monkeypatch.setattr(speedrun, "pinned_choices", blockwise_for_the_modern_model)
+    out = tmp_path / "race"
+    assert main(["speedrun", "--recipe", "nanogpt,muon", "--seeds", "1,2", "--steps", "4", "--eval-every", "2",
+                 "--eval-batches", "1", "--data", str(data_dir()), "--threads", "1", "--out", str(out),
+                 *[f"--set={k}={v}" for k, v in MICRO_CLASSIC.items()]]) == 0
+    runs = json.loads((out / "speedrun.json").read_text())["runs"]
+    assert [(r["recipe"], r["seed"]) for r in runs] == [
+        ("reference: default", 1), ("nanogpt", 1), ("muon", 1), ("muon", 2), ("nanogpt", 2), ("reference: default", 2)]
+    for run in runs[1:]:  # the first run chose for itself; every later modern run took its (patched) choice
+        recorded = json.loads((Path(run["summary"]["checkpoint"]) / "config.json").read_text())
+        attention = recorded["run_choices"]["attention"]
+        if run["recipe"] == "nanogpt":
+            assert attention["value"] == "sdpa" and "the model's own" in attention["reason"]
+        else:
+            assert attention["value"] == "blockwise" and "--attention blockwise" in attention["reason"], run["recipe"]
 
 
 def test_speedrun_refusals_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,6 +32,7 @@ from tinylm.bench.time_to_target import finite_or_none, median_ratio, ratio, rea
 from tinylm.checkpoint.read import read_checkpoint_config
 from tinylm.errors import TinyLMError
 from tinylm.metrics import read_metrics
+from tinylm.runtime.attention_policy import has_blockwise_kernel
 from tinylm.stages.pretrain import PretrainStage
 from tinylm.train.config import DEMO_STEPS, TrainConfig
 from tinylm.train.loop import run_training
@@ -145,6 +146,18 @@ def pinned_choices(checkpoint: str | None) -> dict[str, str]:
     return pins
 
 
+def applicable_pins(pins: dict[str, str], cfg: TrainConfig) -> dict[str, str]:
+    """The pinned choices a run takes: those it leaves on auto, and the attention kernel only where it has one.
+
+    The classic model has its own attention and no kernel to choose, so `nanogpt` neither takes the
+    reference's kernel (--attention blockwise would refuse it) nor gives its "sdpa" to the runs after it.
+    """
+    keep = {k: v for k, v in pins.items() if getattr(cfg, k) == "auto"}
+    if not has_blockwise_kernel(cfg.model_config()):
+        keep.pop("attention", None)
+    return keep
+
+
 def run_speedrun(opts: SpeedrunOptions, say=lambda line: None) -> dict[str, Any]:
     """Train the reference and every recipe for every seed, alternating; write speedrun.json/md/png into opts.out."""
     entries, budget = plan_entries(opts)
@@ -157,15 +170,15 @@ def run_speedrun(opts: SpeedrunOptions, say=lambda line: None) -> dict[str, Any]
             run_dir = out / "runs" / f"{_folder(entry)}-seed{seed}"
             if run_dir.exists():
                 shutil.rmtree(run_dir)  # this command's own output from an earlier invocation
-            cfg = entry.config.replace(seed=seed, out=str(run_dir),
-                                       **{k: v for k, v in pins.items() if getattr(entry.config, k) == "auto"})
+            cfg = entry.config.replace(seed=seed, out=str(run_dir), **applicable_pins(pins, entry.config))
             say(f"speedrun: {entry.name}, seed {seed} ...")
             summary = run_training(cfg, stage=PretrainStage())
             if summary.stopped not in ("max_tokens", "max_steps", "target"):
                 raise TinyLMError(f"speedrun: {entry.name} (seed {seed}) stopped early ({summary.stopped}); "
                                   f"see {run_dir}/metrics.jsonl")
             choices = pinned_choices(summary.checkpoint)
-            pins = pins or choices  # the first run's choices hold for all the others
+            for key, value in applicable_pins(choices, entry.config).items():
+                pins.setdefault(key, value)  # the first run that made a choice makes it for all the others
             curve = dev_curve(run_dir)
             runs.append({"recipe": entry.name, "seed": seed, "summary": summary.to_dict(), "curve": curve,
                          "train_s": curve[-1]["train_s"] if curve else None,
