@@ -14,9 +14,10 @@ every answer written directly: the baseline that shows what the tool is worth. `
 draws the train split's hard products so that 5- and 6-digit answers are equally common, where
 17% of 3-digit x 3-digit products have 5 digits: RL on the natural mix learns a copy that is right
 for six digits only (docs/posttrain/tools.md), and the rare length gives its groups nothing to
-learn from. The held-out splits keep the natural mix, so every score is on the same problems. `verify` reads the
-last integer of the final answer, as builtin:arith does; `Example.prompt` is the system turn with
-the tools and the user's question, so whatever the model does after it (calls included) is its own.
+learn from. The test split keeps the natural mix, so every score is on the same problems. `verify`
+reads the last integer of the final answer, as builtin:arith does; `Example.prompt` is the system
+turn with the tools and the user's question, so whatever the model does after it (calls included)
+is its own.
 """
 
 from __future__ import annotations
