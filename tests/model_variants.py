@@ -19,6 +19,7 @@ MODERN_VARIANTS: dict[str, dict] = {
     "moe_shared": dict(n_kv_head=2, n_experts=4, n_experts_per_token=1, n_shared_experts=1, moe_hidden=32,
                        moe_shared_expert_gate=True),
     "untied": dict(n_kv_head=2, tie_embeddings=False),
+    "relu2": dict(n_kv_head=2, mlp_type="relu2"),  # the ungated ReLU^2 MLP instead of SwiGLU
     "wide_heads": dict(n_kv_head=2, head_dim=16),  # n_head * head_dim = 64 != n_embed: q/o widths differ from C
 }
 

@@ -189,3 +189,55 @@ def test_model_sum_reduction_accumulates_exactly(arch: str, overrides: dict, ret
     _, whole = model(idx, targets, return_logits, reduction="sum")
     _, whole_mean = model(idx, targets, return_logits)
     torch.testing.assert_close(whole / count, whole_mean, rtol=1e-6, atol=1e-6)
+
+
+def _reference_with_z(hidden, weight, bias, targets, z, reduction="mean"):
+    """PaLM's z-loss written from its formula: CE + z * logsumexp(logits)^2, over the counted rows."""
+    logits = F.linear(hidden, weight, bias).float()
+    counted = targets >= 0
+    per_row = F.cross_entropy(logits, targets, ignore_index=-1, reduction="none") \
+        + z * torch.logsumexp(logits, dim=-1) ** 2
+    total = (per_row * counted).sum()
+    return total / counted.sum() if reduction == "mean" else total
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("chunk_rows", [1, 8, 1000])
+def test_z_loss_value_and_gradients_match_its_formula(chunk_rows: int, reduction: str) -> None:
+    hidden, weight, b, targets = _inputs()
+    with torch.no_grad():  # logits far from zero, so the z term is large and its gradient matters
+        weight.mul_(3)
+    expected = _reference_with_z(hidden, weight, b, targets, 0.01, reduction)
+    got = chunked_cross_entropy(hidden, weight, targets, b, chunk_rows=chunk_rows, reduction=reduction, z_loss=0.01)
+    plain = chunked_cross_entropy(hidden, weight, targets, b, chunk_rows=chunk_rows, reduction=reduction)
+    assert got.item() > plain.item() + 0.05  # the term is there, not a rounding
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-5)
+    for g_got, g_ref in zip(_grads(got, (hidden, weight, b)), _grads(expected, (hidden, weight, b)), strict=True):
+        torch.testing.assert_close(g_got, g_ref, rtol=1e-5, atol=1e-5)
+
+
+def test_z_loss_through_the_model_with_and_without_logits_and_compiled_chunks() -> None:
+    """The model's two loss paths (plain logits, chunked) and the fused chunk agree on loss and gradients."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    model = build_model(preset_config("tiny", n_blocks=1, vocab_size=97, context_length=16))
+    idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(0))
+    targets = idx.roll(-1, dims=1)
+    targets[:, -1] = -1
+    results = []
+    for how in ("logits", "chunked", "compiled"):
+        model.zero_grad()
+        step = torch.compile(chunk_loss_and_grad, backend="eager") if how == "compiled" else None
+        if step is not None:
+            from tinylm.models.loss import _COMPILED_HEADS
+
+            _COMPILED_HEADS[model.lm_head] = step
+        _, loss = model(idx, targets, return_logits=how == "logits", z_loss=1e-2)
+        loss.backward()
+        results.append((loss.detach(), model.token_embed.weight.grad.clone()))
+    _, plain = model(idx, targets, return_logits=False)
+    assert results[0][0].item() > plain.item()
+    for loss, grad in results[1:]:
+        torch.testing.assert_close(loss, results[0][0], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(grad, results[0][1], rtol=1e-5, atol=1e-7)

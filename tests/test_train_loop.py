@@ -235,3 +235,19 @@ def test_torch_compile_matches_eager(tmp_path: Path) -> None:
     pretrain(config(tmp_path / "eager", max_steps=4))
     pretrain(config(tmp_path / "compiled", max_steps=4, compile=True))
     assert losses(tmp_path / "compiled") == pytest.approx(losses(tmp_path / "eager"), abs=1e-5)
+
+
+def test_z_loss_is_in_the_training_loss_and_never_in_the_dev_loss(tmp_path: Path) -> None:
+    """--z-loss reaches pretraining's loss: step 1's logged loss is CE + Z * mean(logsumexp^2) of the same
+    initial weights and batch, so it exceeds the plain run's by that term (~0.33 here); the dev loss after
+    that one step differs only by the step's slightly different update (evaluation is plain cross-entropy)."""
+    plain, with_z = tmp_path / "plain", tmp_path / "z"
+    pretrain(config(plain, max_steps=1, eval_every=1))
+    pretrain(config(with_z, max_steps=1, eval_every=1, z_loss=0.01))
+    logged = {run: rows(run) for run in (plain, with_z)}
+    step1 = {run: next(r["loss"] for r in logged[run] if "loss" in r) for run in logged}
+    # logsumexp of near-uniform initial logits over 300 tokens is about log(300) = 5.7: the term is ~0.33
+    term = 0.01 * math.log(300) ** 2
+    assert step1[with_z] - step1[plain] == pytest.approx(term, rel=0.05)
+    dev = {run: next(r["dev_loss"] for r in logged[run] if "dev_loss" in r) for run in logged}
+    assert abs(dev[with_z] - dev[plain]) < term / 30

@@ -47,6 +47,7 @@ class ModelConfig:
     head_dim: int | None = None  # None = n_embed // n_head
     mlp_hidden: int | None = None  # None = swiglu_hidden(n_embed, mlp_multiple_of)
     mlp_multiple_of: int = 64
+    mlp_type: Literal["swiglu", "relu2"] = "swiglu"  # relu2: down(relu(up(x))^2), 3/2 the hidden width
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     qk_norm: bool = False
@@ -88,7 +89,10 @@ class ModelConfig:
     def mlp_width(self) -> int:
         if self.arch == "classic":
             return 4 * self.n_embed
-        return self.mlp_hidden if self.mlp_hidden is not None else swiglu_hidden(self.n_embed, self.mlp_multiple_of)
+        if self.mlp_hidden is not None:
+            return self.mlp_hidden
+        width = swiglu_hidden(self.n_embed, self.mlp_multiple_of)
+        return width * 3 // 2 if self.mlp_type == "relu2" else width  # two matrices as wide hold what three did
 
     @property
     def expert_width(self) -> int:
@@ -128,7 +132,7 @@ class ModelConfig:
             need(self.head_dim >= 2, "head_dim", "must be >= 2")
         if self.arch == "classic":
             need(self.n_embed % self.n_head == 0, "n_head", f"must divide n_embed={self.n_embed}")
-            for name in ("n_experts", "qk_norm", "sliding_window", "attn_output_gate"):
+            for name in ("n_experts", "qk_norm", "sliding_window", "attn_output_gate", "mlp_type"):
                 default = next(f.default for f in fields(self) if f.name == name)
                 need(getattr(self, name) == default, name, "is a modern-only feature (use arch=modern)")
             need(self.attention == "standard", "attention", "MLA is a modern-only feature (use arch=modern)")
@@ -141,6 +145,9 @@ class ModelConfig:
         need(self.norm_eps > 0, "norm_eps", "must be > 0")
         need(self.mlp_multiple_of >= 1, "mlp_multiple_of", "must be >= 1")
         need(self.mlp_hidden is None or self.mlp_hidden >= 1, "mlp_hidden", "must be >= 1")
+        need(self.mlp_type in ("swiglu", "relu2"), "mlp_type", "must be 'swiglu' or 'relu2'")
+        need(self.mlp_type == "swiglu" or not self.n_experts, "mlp_type",
+             "relu2 is the dense MLP's; the experts of a mixture are SwiGLU")
         need(self.sliding_window is None or self.sliding_window >= 1, "sliding_window", "must be >= 1 or None")
         if self.attention == "mla":
             need(self.kv_lora_rank >= 1, "kv_lora_rank", "must be >= 1")

@@ -155,10 +155,11 @@ class _FusedBlock:
         self.k_norm: torch.Tensor | None = None if attn.k_norm is None else attn.k_norm.weight
         self.n_head, self.n_kv_head = attn.n_head, attn.n_kv_head
         self.moe: nn.Module | None = None
+        self.relu2 = not hasattr(block.mlp, "gate")  # ReLU^2 (relu2.py): one projection up, no gate
         if hasattr(block.mlp, "router"):
             self.moe = block.mlp
         else:
-            self.gate_up = fuse_projections([block.mlp.gate, block.mlp.up])
+            self.gate_up = fuse_projections([block.mlp.up] if self.relu2 else [block.mlp.gate, block.mlp.up])
             self.add_down = residual_projection(block.mlp.down)
 
     def qk_norm_weight(self) -> torch.Tensor:
@@ -309,6 +310,8 @@ class FastDecoder:
             h = self.norm(x, block.mlp_norm)
             if block.moe is not None:
                 x = x + block.moe(h)[0]
+            elif block.relu2:
+                x = block.add_down(x, F.relu(block.gate_up(h)).square())
             else:
                 gate, up = block.gate_up(h).chunk(2, dim=-1)
                 x = block.add_down(x, F.silu(gate) * up)

@@ -35,6 +35,7 @@ HANDLED: dict[str, tuple[Any, ...] | None] = {
     "head_dim": ANY,
     "mlp_hidden": ANY,
     "mlp_multiple_of": ANY,
+    "mlp_type": ANY,  # SwiGLU's gate and up fused into one matmul, or ReLU^2's up alone
     "norm_eps": ANY,
     "rope_theta": ANY,  # the model's own RotaryEmbedding tables
     "qk_norm": ANY,

@@ -34,6 +34,8 @@ def gguf_architecture(config: ModelConfig) -> str:
     if config.attention == "mla":
         raise _refuse("attention='mla'", "tinylm's latent attention keeps rotate-half RoPE and its own latent norms, "
                       "which llama.cpp's deepseek2 graph does not compute as tinylm does (not verified)")
+    if config.mlp_type == "relu2":
+        raise _refuse("mlp_type=relu2", "llama.cpp's llama and qwen3 graphs apply a gated (SwiGLU) MLP")
     if config.attn_output_gate:
         raise _refuse("attn_output_gate=true", "no llama.cpp graph gates attention heads with sigmoid(W_g x) "
                       "as tinylm does")

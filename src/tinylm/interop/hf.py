@@ -55,6 +55,8 @@ def hf_architecture(config: ModelConfig) -> str:
         return "GPT2LMHeadModel"
     if config.attn_output_gate:
         raise _refuse("attn_output_gate", "no transformers decoder gates attention heads with sigmoid(W_g x)")
+    if config.mlp_type == "relu2":
+        raise _refuse("mlp_type=relu2", "the Llama and Qwen decoders' MLP is gated (SwiGLU)")
     if config.attention == "mla":
         if config.is_moe:
             raise _refuse("mixture of experts with MLA", "DeepseekV3 routes with sigmoid scores and group-limited "

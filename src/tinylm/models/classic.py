@@ -144,12 +144,13 @@ class ClassicGPT(nn.Module):
         segments: torch.Tensor | None = None,
         reduction: str = "mean",
         logits_at: torch.Tensor | None = None,
+        z_loss: float = 0.0,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(logits [B, T, vocab], cross-entropy or None); arguments as in ModernGPT.forward."""
         hidden = self.forward_hidden(idx, positions=positions, segments=segments)
         if logits_at is not None:
             hidden, targets = hidden[logits_at], None if targets is None else targets[logits_at]
-        return output_head_loss(self.lm_head, hidden, targets, return_logits, reduction)
+        return output_head_loss(self.lm_head, hidden, targets, return_logits, reduction, z_loss)
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
         return count_params(self, non_embedding, active)

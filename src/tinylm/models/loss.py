@@ -15,6 +15,10 @@ kept (the memory of the inputs, not of the logits); `backward` only scales them 
 gradient, which is exact because the loss is a scalar. Without gradients (evaluation) only the
 loss is computed. Rows whose target is `ignore_index` count neither in the sum nor in the mean.
 
+`z_loss` adds z * logsumexp(logits_i)^2 to each counted row's loss (PaLM's auxiliary "z-loss"), which
+pulls the softmax normaliser toward 1 so the logits cannot drift up together. Its gradient is one more
+term of the same softmax, d/d logits_i = 2 z logsumexp(logits_i) p_i, so it costs nothing extra.
+
 `reduction="sum"` returns the sum over target tokens instead of their mean (the 1 / n_targets
 factor is simply left out), so a trainer can add up micro-batches or ranks that hold different
 numbers of target tokens and divide once by the total: exact accumulation for SFT, where each row
@@ -43,22 +47,23 @@ REDUCTIONS = ("mean", "sum")
 CHUNK_ELEMENTS = {"cpu": 1 << 23, "cuda": 1 << 28}
 
 
-ChunkStep = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+ChunkStep = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 _COMPILED_HEADS: weakref.WeakKeyDictionary[nn.Module, ChunkStep] = weakref.WeakKeyDictionary()
 
 
 def chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor, counted: torch.Tensor,
-                        weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                        weights: torch.Tensor, z_loss: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """(summed loss of the counted rows, (softmax - onehot) * weights in the logits' dtype) for one chunk.
 
     logits [R, V] in the head's compute dtype, targets [R, 1] (>= 0), counted [R] (1 or 0), weights [R, 1]
-    (each row's share of the loss). Written without in-place ops so that `torch.compile` can fuse it.
+    (each row's share of the loss). With `z_loss`, each row also pays z * lse^2 and its gradient gains
+    2 z lse * softmax. Written without in-place ops so that `torch.compile` can fuse it.
     """
     z = logits.float()
     lse = torch.logsumexp(z, dim=-1, keepdim=True)
-    loss = ((lse - z.gather(1, targets)).squeeze(1) * counted).sum()
+    loss = ((lse - z.gather(1, targets) + z_loss * lse * lse).squeeze(1) * counted).sum()
     onehot = torch.arange(z.shape[1], device=z.device) == targets
-    grad = (torch.exp(z - lse) - onehot.float()) * weights
+    grad = (torch.exp(z - lse) * (1 + 2 * z_loss * lse) - onehot.float()) * weights
     return loss, grad.to(logits.dtype)
 
 
@@ -74,7 +79,7 @@ def default_chunk_rows(vocab_size: int, device_type: str = "cpu") -> int:
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, chunk_rows: int, ignore_index: int,  # type: ignore[override]
-                reduction: str = "mean", chunk_step: ChunkStep | None = None):
+                reduction: str = "mean", chunk_step: ChunkStep | None = None, z_loss: float = 0.0):
         want_grads = any(ctx.needs_input_grad[:3])
         device = hidden.device.type
         # the head's matmuls run in the autocast dtype if one is active, exactly as `lm_head(hidden)` would
@@ -98,7 +103,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 counted = ok.float()
                 weights = counted[:, None] * scale  # each counted row's share of the mean
                 if want_grads and chunk_step is not None:  # compiled: the same formulas, fused
-                    chunk_total, grad = chunk_step(logits, y, counted, weights)
+                    chunk_total, grad = chunk_step(logits, y, counted, weights, z_loss)
                     total += chunk_total
                 else:
                     logits = logits.float()
@@ -106,10 +111,15 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                     peak = logits.amax(dim=-1, keepdim=True)
                     probs = logits.sub_(peak).exp_()  # unnormalized softmax, in place of the logits
                     sums = probs.sum(dim=-1, keepdim=True)
-                    total += ((peak + sums.log()).squeeze(1) - picked).mul(ok).sum()  # logsumexp - target logit
+                    lse = peak + sums.log()
+                    row_loss = lse.squeeze(1) - picked  # logsumexp - target logit
+                    if z_loss:
+                        row_loss = row_loss + z_loss * lse.squeeze(1) ** 2
+                    total += row_loss.mul(ok).sum()
                     if not want_grads:
                         continue
-                    grad = probs.mul_(weights / sums).scatter_add_(1, y, -weights).to(compute)  # (p - onehot) / n
+                    share = weights / sums if not z_loss else weights * (1 + 2 * z_loss * lse) / sums
+                    grad = probs.mul_(share).scatter_add_(1, y, -weights).to(compute)  # (p - onehot) / n
                 grad_hidden[rows] = grad @ w
                 if compute == torch.float32:
                     grad_weight.addmm_(grad.t(), h)
@@ -134,7 +144,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             grad_bias = (grad_bias * grad_loss).to(bias_dtype)
         else:
             grad_bias = None
-        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None
 
 
 def chunked_cross_entropy(
@@ -146,18 +156,20 @@ def chunked_cross_entropy(
     ignore_index: int = IGNORE_INDEX,
     reduction: str = "mean",
     chunk_step: ChunkStep | None = None,
+    z_loss: float = 0.0,
 ) -> torch.Tensor:
     """mean (or sum) CE of `F.linear(hidden, weight, bias)` against `targets`, as the plain way computes it.
 
     hidden [..., C], targets [...] (same leading shape), weight [V, C], bias [V] or None.
     `chunk_step`: a compiled `chunk_loss_and_grad` to use for the gradient's chunks (default: the eager kernels).
+    `z_loss`: each target row's loss gains z * logsumexp^2 (see the module's docstring).
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction={reduction!r}: choose one of {', '.join(REDUCTIONS)}")
     rows = hidden.reshape(-1, hidden.shape[-1])
     chunk_rows = chunk_rows or default_chunk_rows(weight.shape[0], hidden.device.type)
     return _ChunkedLinearCrossEntropy.apply(rows, weight, bias, targets.reshape(-1), chunk_rows, ignore_index,
-                                            reduction, chunk_step)
+                                            reduction, chunk_step, float(z_loss))
 
 
 def output_head_loss(
@@ -166,12 +178,14 @@ def output_head_loss(
     targets: torch.Tensor | None,
     return_logits: bool = True,
     reduction: str = "mean",
+    z_loss: float = 0.0,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(logits or None, CE mean or sum over target tokens, or None): what both models' `forward` returns.
 
     Logits asked for: the plain head and `F.cross_entropy` (cheapest when the logits exist anyway).
     Logits not asked for (training, evaluation): the chunked loss, logits None.
     Every negative target is ignored: -1 (pretraining) and -100 (PyTorch's and Hugging Face's convention).
+    `z_loss` > 0 adds z * logsumexp^2 per target token (pretraining's --z-loss; evaluation never passes it).
     """
     if targets is None:
         return lm_head(hidden), None
@@ -180,8 +194,12 @@ def output_head_loss(
     targets = targets.clamp(min=IGNORE_INDEX)
     if not return_logits:
         return None, chunked_cross_entropy(hidden, lm_head.weight, targets, lm_head.bias, reduction=reduction,
-                                           chunk_step=_COMPILED_HEADS.get(lm_head))
+                                           chunk_step=_COMPILED_HEADS.get(lm_head), z_loss=z_loss)
     logits = lm_head(hidden)
-    loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1),
-                           ignore_index=IGNORE_INDEX, reduction=reduction)
+    flat, flat_targets = logits.float().view(-1, logits.shape[-1]), targets.reshape(-1)
+    loss = F.cross_entropy(flat, flat_targets, ignore_index=IGNORE_INDEX, reduction=reduction)
+    if z_loss:
+        counted = flat_targets != IGNORE_INDEX
+        penalty = (torch.logsumexp(flat[counted], dim=-1) ** 2).sum()
+        loss = loss + z_loss * (penalty / counted.sum() if reduction == "mean" else penalty)
     return logits, loss

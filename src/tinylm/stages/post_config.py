@@ -26,7 +26,8 @@ class PostTrainConfig(TrainConfig):
 
     # pretraining's own options that a stage starting from --base does not take
     hidden_options: ClassVar[tuple[str, ...]] = ("preset", "arch", "overrides", "prompt", "sample_tokens",
-                                                 "temperature", "top_k", "eval_batch_size", "target_dev_bpb")
+                                                 "temperature", "top_k", "eval_batch_size", "target_dev_bpb",
+                                                 "z_loss")
 
     base: str = Option("checkpoint or run folder to start from (an SFT run for DPO and RL); required unless "
                        "--resume continues a run, which names its own", metavar="RUN", group=BASE_AND_DATA)("")

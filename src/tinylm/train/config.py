@@ -102,6 +102,9 @@ class TrainConfig:
     muon_lr: float = Option("Muon learning rate", low=0, low_open=True, group=OPTIMIZER)(0.02)
     muon_momentum: float = Option("Muon momentum", low=0, high=1, group=OPTIMIZER)(0.95)
     grad_clip: float = Option("max gradient norm; 0 = off", low=0, group=OPTIMIZER)(1.0)
+    z_loss: float = Option("pretraining: each token's loss gains Z * logsumexp(logits)^2 (PaLM's z-loss), which keeps "
+                           "the softmax normaliser near 1; the logged loss includes it, dev loss and bits per byte "
+                           "do not; 0 = off", low=0, metavar="Z", group=OPTIMIZER)(0.0)
     schedule: str = Option("learning-rate schedule", choices=SCHEDULES, group=OPTIMIZER)("cosine")
     schedule_steps: int | None = Option("length of the lr schedule (default: --max-steps)", low=1,
                                         group=OPTIMIZER)(None)

@@ -1,7 +1,7 @@
 """One modern decoder block: pre-norm attention and pre-norm MLP, each added to the residual stream.
 
     x = x + Attention(RMSNorm(x))
-    x = x + MLP(RMSNorm(x))        (SwiGLU, or a mixture of SwiGLU experts)
+    x = x + MLP(RMSNorm(x))        (SwiGLU, ReLU^2, or a mixture of SwiGLU experts)
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from tinylm.models.modern.mla import MultiHeadLatentAttention
 from tinylm.models.modern.mlp import SwiGLU
 from tinylm.models.modern.moe import MixtureOfExperts
 from tinylm.models.modern.norm import RMSNorm
+from tinylm.models.modern.relu2 import ReLUSquared
 
 
 class ModernBlock(nn.Module):
@@ -27,6 +28,8 @@ class ModernBlock(nn.Module):
         self.mlp_norm = RMSNorm(config.n_embed, config.norm_eps)
         if config.is_moe:
             self.mlp: nn.Module = MixtureOfExperts(config)
+        elif config.mlp_type == "relu2":
+            self.mlp = ReLUSquared(config.n_embed, config.mlp_width, config.dropout)
         else:
             self.mlp = SwiGLU(config.n_embed, config.mlp_width, config.dropout)
 

@@ -112,6 +112,7 @@ class ModernGPT(nn.Module):
         segments: torch.Tensor | None = None,
         reduction: str = "mean",
         logits_at: torch.Tensor | None = None,
+        z_loss: float = 0.0,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(logits [B, T, vocab], mean cross-entropy + MoE balance loss in training mode, or None).
 
@@ -122,11 +123,12 @@ class ModernGPT(nn.Module):
         counts once per target token, so sum / n_targets is the mean loss).
         `logits_at` [B, T] bool: only those positions go through the head, logits come back [n, vocab]
         (RL scores the response tokens only: the prompt's logits would be computed and thrown away).
+        `z_loss`: each target token's loss gains z * logsumexp(logits)^2 (pretraining's --z-loss).
         """
         hidden, aux = self._hidden_and_aux(idx, positions=positions, segments=segments)
         if logits_at is not None:
             hidden, targets = hidden[logits_at], None if targets is None else targets[logits_at]
-        logits, loss = output_head_loss(self.lm_head, hidden, targets, return_logits, reduction)
+        logits, loss = output_head_loss(self.lm_head, hidden, targets, return_logits, reduction, z_loss)
         if loss is not None and aux is not None and self.training:
             loss = loss + (aux if reduction == "mean" else aux * (targets >= 0).sum())
         return logits, loss

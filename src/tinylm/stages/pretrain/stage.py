@@ -88,7 +88,11 @@ class PretrainStage(Stage[TrainConfig]):
         return model
 
     def describe(self) -> list[str]:
-        return [f"data: {self.data_dir}"]
+        lines = [f"data: {self.data_dir}"]
+        if self.ctx.cfg.z_loss:
+            lines.append(f"loss: cross-entropy + z-loss {self.ctx.cfg.z_loss:g} * logsumexp^2 (the logged loss "
+                         "includes it; dev loss and bits per byte do not)")
+        return lines
 
     # ---- batches and loss ----------------------------------------------------------------------
     def next_batch(self) -> Batch:
@@ -99,7 +103,7 @@ class PretrainStage(Stage[TrainConfig]):
 
     def loss(self, model: nn.Module, batch: Batch) -> StageLoss:
         x, y = batch
-        _, loss = model(x, y, return_logits=False)  # chunked loss: no full logits
+        _, loss = model(x, y, return_logits=False, z_loss=self.ctx.cfg.z_loss)  # chunked loss: no full logits
         return StageLoss(loss * y.numel(), {})
 
     def state_dict(self) -> dict[str, Any]:
