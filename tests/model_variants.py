@@ -20,6 +20,7 @@ MODERN_VARIANTS: dict[str, dict] = {
                        moe_shared_expert_gate=True),
     "untied": dict(n_kv_head=2, tie_embeddings=False),
     "relu2": dict(n_kv_head=2, mlp_type="relu2"),  # the ungated ReLU^2 MLP instead of SwiGLU
+    "softcap": dict(n_kv_head=2, logit_softcap=2.0),  # logits = 2 tanh(head / 2): decoding must sample these
     "wide_heads": dict(n_kv_head=2, head_dim=16),  # n_head * head_dim = 64 != n_embed: q/o widths differ from C
 }
 

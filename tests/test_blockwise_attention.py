@@ -146,7 +146,7 @@ def test_the_kv_cache_path_ignores_the_training_kernel() -> None:
         use_attention_kernel(model, "blockwise")
         cache = model.new_cache(1)
         model.forward_hidden(ids[:, :30], cache)
-        last = model.lm_head(model.forward_hidden(ids[:, 30:], cache))
+        last = model.logits(model.forward_hidden(ids[:, 30:], cache))
         torch.testing.assert_close(model(ids)[0], full, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(last, full[:, 30:], rtol=1e-4, atol=1e-5)
 

@@ -100,7 +100,7 @@ def test_every_variant_decodes_the_models_logits(name: str, layout: str) -> None
     model = _model(CONFIGS[name])
     idx, positions, valid = _inputs(layout, model.config.vocab_size)
     with torch.inference_mode():
-        reference = model.lm_head(model.forward_hidden(idx, positions=positions, valid=valid))
+        reference = model.logits(model.forward_hidden(idx, positions=positions, valid=valid))
         runner = make_runner(model, idx.shape[0])  # what the engine decodes with
         got = _decode(runner, idx, positions, valid)
     if refusal(model) is None:

@@ -241,3 +241,61 @@ def test_z_loss_through_the_model_with_and_without_logits_and_compiled_chunks() 
     for loss, grad in results[1:]:
         torch.testing.assert_close(loss, results[0][0], rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(grad, results[0][1], rtol=1e-5, atol=1e-7)
+
+
+def _reference_capped(hidden, weight, bias, targets, cap, reduction="mean"):
+    """Soft-capping written from its formula, cap * tanh(logits / cap), then plain cross-entropy (autograd)."""
+    logits = F.linear(hidden, weight, bias).float()
+    return F.cross_entropy(cap * torch.tanh(logits / cap), targets, ignore_index=-1, reduction=reduction)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("chunk_rows", [1, 8, 1000])
+def test_softcap_value_and_gradients_match_its_formula(chunk_rows: int, reduction: str) -> None:
+    hidden, weight, b, targets = _inputs()
+    with torch.no_grad():  # logits of tens: the cap of 5 bends them hard, so a missing tanh factor would show
+        weight.mul_(4)
+    expected = _reference_capped(hidden, weight, b, targets, 5.0, reduction)
+    got = chunked_cross_entropy(hidden, weight, targets, b, chunk_rows=chunk_rows, reduction=reduction, softcap=5.0)
+    plain = chunked_cross_entropy(hidden, weight, targets, b, chunk_rows=chunk_rows, reduction=reduction)
+    assert abs(got.item() - plain.item()) > 1.0
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-5)
+    for g_got, g_ref in zip(_grads(got, (hidden, weight, b)), _grads(expected, (hidden, weight, b)), strict=True):
+        torch.testing.assert_close(g_got, g_ref, rtol=1e-5, atol=1e-5)
+    both = chunked_cross_entropy(hidden, weight, targets, b, chunk_rows=chunk_rows, reduction=reduction, softcap=5.0,
+                                 z_loss=0.01)
+    capped = 5.0 * torch.tanh(F.linear(hidden, weight, b) / 5.0)
+    expected_both = expected + 0.01 * (torch.logsumexp(capped, -1) ** 2 * (targets >= 0)).sum() / (
+        (targets >= 0).sum() if reduction == "mean" else 1)
+    torch.testing.assert_close(both, expected_both, rtol=1e-6, atol=1e-5)
+
+
+def test_softcap_model_paths_agree_and_bound_the_logits() -> None:
+    """A capped model: forward's logits are the capped head, inside (-cap, cap); its chunked, plain and fused
+    losses and gradients agree; `model.logits` (what decoding samples from) equals forward's logits."""
+    import torch._dynamo
+
+    from tinylm.models.loss import _COMPILED_HEADS
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = build_model(preset_config("tiny", n_blocks=1, vocab_size=97, context_length=16, init_std=0.5,
+                                      logit_softcap=3.0))
+    idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(0))
+    targets = idx.roll(-1, dims=1)
+    logits, _ = model(idx)
+    raw = model.lm_head(model.forward_hidden(idx))
+    assert raw.abs().max() > 3.0 and logits.abs().max() < 3.0
+    torch.testing.assert_close(logits, 3.0 * torch.tanh(raw / 3.0))
+    results = []
+    for how in ("logits", "chunked", "compiled"):
+        model.zero_grad()
+        if how == "compiled":
+            _COMPILED_HEADS[model.lm_head] = torch.compile(chunk_loss_and_grad, backend="eager")
+        _, loss = model(idx, targets, return_logits=how == "logits")
+        loss.backward()
+        results.append((loss.detach(), model.token_embed.weight.grad.clone()))
+    for loss, grad in results[1:]:
+        torch.testing.assert_close(loss, results[0][0], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(grad, results[0][1], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model.logits(model.forward_hidden(idx)), logits)

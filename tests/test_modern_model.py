@@ -137,7 +137,7 @@ def test_forward_shapes_and_loss(name: str) -> None:
     assert model(idx)[1] is None
     hidden = model.forward_hidden(idx)
     assert hidden.shape == (3, 24, config.n_embed)
-    torch.testing.assert_close(model.lm_head(hidden), logits)
+    torch.testing.assert_close(model.logits(hidden), logits)
 
 
 @pytest.mark.parametrize("name", list(ALL))
@@ -161,9 +161,9 @@ def test_kv_cache_prefill_then_decode_equals_full_forward(name: str) -> None:
     with torch.no_grad():
         full = model(idx)[0]
         cache = model.new_cache(batch_size=2)
-        steps = [model.lm_head(model.forward_hidden(idx[:, :8], cache))]
+        steps = [model.logits(model.forward_hidden(idx[:, :8], cache))]
         for t in range(8, 20):
-            steps.append(model.lm_head(model.forward_hidden(idx[:, t : t + 1], cache)))
+            steps.append(model.logits(model.forward_hidden(idx[:, t : t + 1], cache)))
     assert cache.length == 20
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
@@ -179,8 +179,8 @@ def test_left_padded_batch_equals_each_sequence_alone() -> None:
     positions = (valid.long().cumsum(1) - 1).clamp(min=0)
     with torch.no_grad():
         cache = model.new_cache(2)
-        batched = model.lm_head(model.forward_hidden(batch, cache, positions, valid))
-        step = model.lm_head(model.forward_hidden(torch.tensor([[5], [7]]), cache, positions[:, -1:] + 1))
+        batched = model.logits(model.forward_hidden(batch, cache, positions, valid))
+        step = model.logits(model.forward_hidden(torch.tensor([[5], [7]]), cache, positions[:, -1:] + 1))
         alone_short = model(torch.cat([short, torch.tensor([[5]])], 1))[0]
         alone_long = model(torch.cat([long, torch.tensor([[7]])], 1))[0]
     torch.testing.assert_close(batched[0, pad:], alone_short[0, :6], atol=1e-5, rtol=1e-5)

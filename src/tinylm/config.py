@@ -33,6 +33,7 @@ class ModelConfig:
     init_std: float = 0.02
     tie_embeddings: bool = True
     zero_init_head: bool = False  # an untied head starts at zero (modded-nanogpt); initialization only
+    logit_softcap: float | None = None  # logits = c * tanh(head(x) / c) (Gemma 2, modded-nanogpt); None = off
     gradient_checkpointing: bool = False
 
     # classic (GPT-2 style) only
@@ -121,6 +122,8 @@ class ModelConfig:
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an integer >= 1")
         need(0.0 <= self.dropout < 1.0, "dropout", "must be in [0, 1)")
         need(self.init_std > 0, "init_std", "must be > 0")
+        need(self.logit_softcap is None or (math.isfinite(self.logit_softcap) and self.logit_softcap > 0),
+             "logit_softcap", "must be a positive number or None")
         need(not (self.zero_init_head and self.tie_embeddings), "zero_init_head",
              "needs tie_embeddings=False: a tied head is the embedding, which cannot start at zero")
         need(self.attn_impl in ("manual", "sdpa"), "attn_impl", "must be 'manual' or 'sdpa'")

@@ -48,6 +48,7 @@ from tinylm.inference.fast_decode_support import fast_decode_refusal
 from tinylm.inference.int8 import Int8Linear
 from tinylm.inference.packed_bf16 import can_pack, packed_linear
 from tinylm.inference.row_products import Projection, ResidualProjection, float_product, float_residual_product
+from tinylm.models.loss import soft_cap
 from tinylm.models.modern.mask import attention_mask
 from tinylm.models.modern.rope import apply_rope
 
@@ -187,6 +188,7 @@ class FastDecoder:
         head = model.lm_head
         plain_head = type(head) is nn.Linear and head.bias is None
         self.lm_head: Projection = weight_product(head.weight) if plain_head else head.forward
+        self.softcap = c.logit_softcap
         self._allocate()
         self.rotation: torch.Tensor | None = None  # one-token RoPE as a matrix product, when the table is small
         if self.dtype == torch.float32 and self.capacity * self.head_dim**2 * 4 <= ROTATION_TABLE_BYTES:
@@ -319,7 +321,7 @@ class FastDecoder:
         x = x.view(B, T, self.n_embed)
         if last_only:
             x = x[:, -1:]
-        return self.lm_head(self.norm(x, self.final_norm))
+        return soft_cap(self.lm_head(self.norm(x, self.final_norm)), self.softcap)
 
     def norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """RMSNorm of x [rows, n_embed]; one row takes three kernels (five in bf16) instead of the composite op.

@@ -31,6 +31,7 @@ HANDLED: dict[str, tuple[Any, ...] | None] = {
     "n_head": ANY,
     "n_blocks": ANY,
     "tie_embeddings": ANY,
+    "logit_softcap": ANY,  # the same soft_cap after the head
     "n_kv_head": ANY,
     "head_dim": ANY,
     "mlp_hidden": ANY,

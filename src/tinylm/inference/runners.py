@@ -52,7 +52,7 @@ class ModelCacheRunner:
     def extend(self, idx: torch.Tensor, positions: torch.Tensor | None = None,
                valid: torch.Tensor | None = None, last_only: bool = True) -> torch.Tensor:
         hidden = self.model.forward_hidden(idx, self.cache, positions, valid)
-        return self.model.lm_head(hidden[:, -1:] if last_only else hidden)
+        return self.model.logits(hidden[:, -1:] if last_only else hidden)
 
     def truncate(self, length: int) -> None:
         self.cache.truncate(length)
@@ -88,7 +88,7 @@ class RecomputeRunner:
         hidden = self.model.forward_hidden(
             self.tokens[:, :end], positions=self.positions[:, :end], valid=self.valid[:, :end] if self.padded else None
         )
-        return self.model.lm_head(hidden[:, -1:] if last_only else hidden[:, start:end])
+        return self.model.logits(hidden[:, -1:] if last_only else hidden[:, start:end])
 
     def truncate(self, length: int) -> None:
         if not 0 <= length <= self.length:

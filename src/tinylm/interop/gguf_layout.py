@@ -26,6 +26,9 @@ def _refuse(field: str, why: str) -> TinyLMError:
 
 def gguf_architecture(config: ModelConfig) -> str:
     """'llama', 'qwen3' or 'gpt2': the llama.cpp graph equal to this model, or one line naming what is not."""
+    if config.logit_softcap is not None:
+        raise _refuse(f"logit_softcap={config.logit_softcap:g}", "llama.cpp caps the logits only in its gemma2 "
+                      "graph, not in the llama, qwen3 or gpt2 ones")
     if config.arch == "classic":
         if config.mlp_activation != "gelu":
             raise _refuse(f"mlp_activation={config.mlp_activation!r}", "llama.cpp's gpt2 graph applies GELU; "

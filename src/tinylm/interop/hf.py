@@ -51,6 +51,9 @@ def _refuse(feature: str, why: str) -> TinyLMError:
 
 def hf_architecture(config: ModelConfig) -> str:
     """The `transformers` class that computes exactly what this config computes, or a refusal naming the feature."""
+    if config.logit_softcap is not None:
+        raise _refuse(f"logit_softcap={config.logit_softcap:g}", "the GPT-2, Llama and Qwen decoders do not cap "
+                      "their logits (Gemma 2's does, with its own blocks)")
     if config.arch == "classic":
         return "GPT2LMHeadModel"
     if config.attn_output_gate:

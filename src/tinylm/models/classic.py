@@ -24,7 +24,7 @@ from torch import nn
 from tinylm.config import ModelConfig
 from tinylm.models.accounting import count_params, training_flops_per_token
 from tinylm.models.init import init_gpt2
-from tinylm.models.loss import output_head_loss
+from tinylm.models.loss import output_head_loss, soft_cap
 from tinylm.models.modern.mask import attention_mask
 
 
@@ -150,7 +150,12 @@ class ClassicGPT(nn.Module):
         hidden = self.forward_hidden(idx, positions=positions, segments=segments)
         if logits_at is not None:
             hidden, targets = hidden[logits_at], None if targets is None else targets[logits_at]
-        return output_head_loss(self.lm_head, hidden, targets, return_logits, reduction, z_loss)
+        return output_head_loss(self.lm_head, hidden, targets, return_logits, reduction, z_loss,
+                                self.config.logit_softcap)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output head on final hidden states, soft-capped if the config says: what decoding samples from."""
+        return soft_cap(self.lm_head(hidden), self.config.logit_softcap)
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
         return count_params(self, non_embedding, active)

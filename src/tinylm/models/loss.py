@@ -19,6 +19,10 @@ loss is computed. Rows whose target is `ignore_index` count neither in the sum n
 pulls the softmax normaliser toward 1 so the logits cannot drift up together. Its gradient is one more
 term of the same softmax, d/d logits_i = 2 z logsumexp(logits_i) p_i, so it costs nothing extra.
 
+`softcap` (the model's `logit_softcap`, Gemma 2's and modded-nanogpt's) bounds every logit to (-c, c):
+z = c tanh(r / c) of the head's output r. The softmax and its gradient are taken on z, and the chain rule
+adds one factor per logit, dz/dr = 1 - (z / c)^2, applied to the chunk's gradient before the matmuls.
+
 `reduction="sum"` returns the sum over target tokens instead of their mean (the 1 / n_targets
 factor is simply left out), so a trainer can add up micro-batches or ranks that hold different
 numbers of target tokens and divide once by the total: exact accumulation for SFT, where each row
@@ -67,6 +71,11 @@ def chunk_loss_and_grad(logits: torch.Tensor, targets: torch.Tensor, counted: to
     return loss, grad.to(logits.dtype)
 
 
+def soft_cap(logits: torch.Tensor, cap: float | None) -> torch.Tensor:
+    """cap * tanh(logits / cap): every logit inside (-cap, cap), nearly unchanged where |logit| << cap."""
+    return logits if cap is None else cap * torch.tanh(logits / cap)
+
+
 def compile_output_loss(lm_head: nn.Module, backend: str = "inductor") -> None:
     """Make `lm_head`'s chunked loss run its per-chunk softmax and gradient through `torch.compile`."""
     _COMPILED_HEADS[lm_head] = torch.compile(chunk_loss_and_grad, backend=backend)
@@ -79,7 +88,8 @@ def default_chunk_rows(vocab_size: int, device_type: str = "cpu") -> int:
 class _ChunkedLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, chunk_rows: int, ignore_index: int,  # type: ignore[override]
-                reduction: str = "mean", chunk_step: ChunkStep | None = None, z_loss: float = 0.0):
+                reduction: str = "mean", chunk_step: ChunkStep | None = None, z_loss: float = 0.0,
+                softcap: float | None = None):
         want_grads = any(ctx.needs_input_grad[:3])
         device = hidden.device.type
         # the head's matmuls run in the autocast dtype if one is active, exactly as `lm_head(hidden)` would
@@ -100,6 +110,10 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 rows = slice(start, start + chunk_rows)
                 h, ok, y = hidden[rows].to(compute), valid[rows], targets[rows].clamp(min=0)[:, None]
                 logits = F.linear(h, w, b)
+                squash = None
+                if softcap is not None:  # the loss sees the capped logits; dz/dr scales their gradient
+                    logits = soft_cap(logits.float(), softcap)
+                    squash = 1 - (logits / softcap).square()
                 counted = ok.float()
                 weights = counted[:, None] * scale  # each counted row's share of the mean
                 if want_grads and chunk_step is not None:  # compiled: the same formulas, fused
@@ -119,7 +133,10 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                     if not want_grads:
                         continue
                     share = weights / sums if not z_loss else weights * (1 + 2 * z_loss * lse) / sums
-                    grad = probs.mul_(share).scatter_add_(1, y, -weights).to(compute)  # (p - onehot) / n
+                    grad = probs.mul_(share).scatter_add_(1, y, -weights)  # (p - onehot) / n
+                if squash is not None:
+                    grad = grad.float() * squash
+                grad = grad.to(compute)
                 grad_hidden[rows] = grad @ w
                 if compute == torch.float32:
                     grad_weight.addmm_(grad.t(), h)
@@ -144,7 +161,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
             grad_bias = (grad_bias * grad_loss).to(bias_dtype)
         else:
             grad_bias = None
-        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None, None, None, None
 
 
 def chunked_cross_entropy(
@@ -157,19 +174,21 @@ def chunked_cross_entropy(
     reduction: str = "mean",
     chunk_step: ChunkStep | None = None,
     z_loss: float = 0.0,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """mean (or sum) CE of `F.linear(hidden, weight, bias)` against `targets`, as the plain way computes it.
 
     hidden [..., C], targets [...] (same leading shape), weight [V, C], bias [V] or None.
     `chunk_step`: a compiled `chunk_loss_and_grad` to use for the gradient's chunks (default: the eager kernels).
-    `z_loss`: each target row's loss gains z * logsumexp^2 (see the module's docstring).
+    `z_loss`: each target row's loss gains z * logsumexp^2; `softcap`: the loss of cap * tanh(logits / cap)
+    (see the module's docstring for both).
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction={reduction!r}: choose one of {', '.join(REDUCTIONS)}")
     rows = hidden.reshape(-1, hidden.shape[-1])
     chunk_rows = chunk_rows or default_chunk_rows(weight.shape[0], hidden.device.type)
     return _ChunkedLinearCrossEntropy.apply(rows, weight, bias, targets.reshape(-1), chunk_rows, ignore_index,
-                                            reduction, chunk_step, float(z_loss))
+                                            reduction, chunk_step, float(z_loss), softcap)
 
 
 def output_head_loss(
@@ -179,6 +198,7 @@ def output_head_loss(
     return_logits: bool = True,
     reduction: str = "mean",
     z_loss: float = 0.0,
+    softcap: float | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """(logits or None, CE mean or sum over target tokens, or None): what both models' `forward` returns.
 
@@ -186,16 +206,18 @@ def output_head_loss(
     Logits not asked for (training, evaluation): the chunked loss, logits None.
     Every negative target is ignored: -1 (pretraining) and -100 (PyTorch's and Hugging Face's convention).
     `z_loss` > 0 adds z * logsumexp^2 per target token (pretraining's --z-loss; evaluation never passes it).
+    `softcap`: the model's `logit_softcap`; the logits returned and the loss are those of cap * tanh(. / cap).
     """
     if targets is None:
-        return lm_head(hidden), None
+        return soft_cap(lm_head(hidden), softcap), None
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction={reduction!r}: choose one of {', '.join(REDUCTIONS)}")
     targets = targets.clamp(min=IGNORE_INDEX)
     if not return_logits:
         return None, chunked_cross_entropy(hidden, lm_head.weight, targets, lm_head.bias, reduction=reduction,
-                                           chunk_step=_COMPILED_HEADS.get(lm_head), z_loss=z_loss)
-    logits = lm_head(hidden)
+                                           chunk_step=_COMPILED_HEADS.get(lm_head), z_loss=z_loss,
+                                           softcap=softcap)
+    logits = soft_cap(lm_head(hidden), softcap)
     flat, flat_targets = logits.float().view(-1, logits.shape[-1]), targets.reshape(-1)
     loss = F.cross_entropy(flat, flat_targets, ignore_index=IGNORE_INDEX, reduction=reduction)
     if z_loss:

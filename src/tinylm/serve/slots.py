@@ -16,6 +16,7 @@ running alone (batch invariance), whatever else is in the batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -40,9 +41,9 @@ class Prefill:
     def finished(self) -> bool:
         return self.done == len(self.ids)
 
-    def keep(self, hidden: torch.Tensor, lm_head: nn.Module) -> None:
+    def keep(self, hidden: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor]) -> None:
         """Keep the logits of this chunk's hidden states [T, n_embed]: all of them, or only the newest."""
-        self.keep_logits(lm_head(hidden if self.keep_all_logits else hidden[-1:]).float())
+        self.keep_logits(head(hidden if self.keep_all_logits else hidden[-1:]).float())
 
     def keep_logits(self, logits: torch.Tensor) -> None:
         """Keep this chunk's logits [T or 1, vocab] (already only the newest when not all are wanted)."""
@@ -75,7 +76,7 @@ class CachedBatch:
             job.cache = self.model.new_cache(1, len(job.ids))
         chunk = job.ids[job.done : job.done + max(1, budget)]
         idx = torch.tensor([chunk], dtype=torch.long, device=self.device)
-        job.keep(self.model.forward_hidden(idx, job.cache)[0], self.model.lm_head)
+        job.keep(self.model.forward_hidden(idx, job.cache)[0], self.model.logits)
         job.done += len(chunk)
         return len(chunk)
 
@@ -87,7 +88,7 @@ class CachedBatch:
         """Feed each row's newest token [rows]; next-token logits [rows, vocab]."""
         self.cache.make_room(1)
         hidden = self.model.forward_hidden(tokens[:, None], self.cache, self.cache.positions())
-        return self.model.lm_head(hidden[:, -1]).float()
+        return self.model.logits(hidden[:, -1]).float()
 
     def leave(self, row: int) -> None:
         self.cache.leave(row)
@@ -107,7 +108,7 @@ class RecomputeBatch:
     def prefill(self, job: Prefill, budget: int) -> int:
         """The whole prompt in one pass (without a cache there is nothing to carry between chunks)."""
         idx = torch.tensor([job.ids], dtype=torch.long, device=self.device)
-        job.keep(self.model.forward_hidden(idx)[0], self.model.lm_head)
+        job.keep(self.model.forward_hidden(idx)[0], self.model.logits)
         job.done = len(job.ids)
         return job.done
 
@@ -128,7 +129,7 @@ class RecomputeBatch:
             positions[i, pad:] = torch.arange(len(context), device=self.device)
             valid[i, pad:] = True
         hidden = self.model.forward_hidden(idx, positions=positions, valid=valid)
-        return self.model.lm_head(hidden[:, -1]).float()
+        return self.model.logits(hidden[:, -1]).float()
 
     def leave(self, row: int) -> None:
         last = self.contexts.pop()

@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 from tinylm.config import ModelConfig
 from tinylm.models.accounting import count_params, training_flops_per_token
 from tinylm.models.init import init_gpt2
-from tinylm.models.loss import output_head_loss
+from tinylm.models.loss import output_head_loss, soft_cap
 from tinylm.models.modern.block import ModernBlock
 from tinylm.models.modern.kv_cache import KVCache
 from tinylm.models.modern.mask import attention_mask
@@ -128,10 +128,15 @@ class ModernGPT(nn.Module):
         hidden, aux = self._hidden_and_aux(idx, positions=positions, segments=segments)
         if logits_at is not None:
             hidden, targets = hidden[logits_at], None if targets is None else targets[logits_at]
-        logits, loss = output_head_loss(self.lm_head, hidden, targets, return_logits, reduction, z_loss)
+        logits, loss = output_head_loss(self.lm_head, hidden, targets, return_logits, reduction, z_loss,
+                                        self.config.logit_softcap)
         if loss is not None and aux is not None and self.training:
             loss = loss + (aux if reduction == "mean" else aux * (targets >= 0).sum())
         return logits, loss
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output head on final hidden states, soft-capped if the config says: what decoding samples from."""
+        return soft_cap(self.lm_head(hidden), self.config.logit_softcap)
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
         return count_params(self, non_embedding, active)

@@ -40,7 +40,7 @@ class PolicyWithValue(nn.Module):
         hidden = self.policy.forward_hidden(ids)
         if logits_at is not None:
             hidden = hidden[logits_at]
-        return self.policy.lm_head(hidden), self.value_head(hidden).squeeze(-1)
+        return self.policy.logits(hidden), self.value_head(hidden).squeeze(-1)
 
     def num_params(self, non_embedding: bool = False, active: bool = False) -> int:
         return self.policy.num_params(non_embedding, active) + sum(p.numel() for p in self.value_head.parameters())
