@@ -37,6 +37,10 @@ CHANGES: dict[str, tuple[str, dict[str, Any]]] = {
     "half-batch": ("8 rows per step instead of 16: twice the steps for the same tokens", {"batch_size": 8}),
     "double-batch": ("32 rows per step: half the steps for the same tokens", {"batch_size": 32}),
     "no-decay": ("no weight decay", {"weight_decay": 0.0}),
+    "relu2": ("the ungated ReLU^2 MLP instead of SwiGLU, at the same parameters",
+              {"overrides": {"mlp_type": "relu2"}}),
+    "softcap": ("logits soft-capped at 15 (15 tanh(logits / 15))", {"overrides": {"logit_softcap": 15.0}}),
+    "z-loss": ("PaLM's z-loss, 1e-4 * logsumexp^2 per token", {"z_loss": 1e-4}),
 }
 
 # the best recipe docs/speedrun.md's record table kept (each change there measured on its own row)

@@ -111,9 +111,11 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 h, ok, y = hidden[rows].to(compute), valid[rows], targets[rows].clamp(min=0)[:, None]
                 logits = F.linear(h, w, b)
                 squash = None
-                if softcap is not None:  # the loss sees the capped logits; dz/dr scales their gradient
-                    logits = soft_cap(logits.float(), softcap)
-                    squash = 1 - (logits / softcap).square()
+                if softcap is not None:  # the loss sees z = c tanh(r / c); dz/dr = 1 - tanh^2 scales its gradient
+                    t = logits.float() if logits.dtype != torch.float32 else logits  # a fresh product: ours to
+                    t.div_(softcap).tanh_()                                          # overwrite in place
+                    squash = t.square().neg_().add_(1) if want_grads else None
+                    logits = t.mul_(softcap)
                 counted = ok.float()
                 weights = counted[:, None] * scale  # each counted row's share of the mean
                 if want_grads and chunk_step is not None:  # compiled: the same formulas, fused
@@ -135,7 +137,7 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                     share = weights / sums if not z_loss else weights * (1 + 2 * z_loss * lse) / sums
                     grad = probs.mul_(share).scatter_add_(1, y, -weights)  # (p - onehot) / n
                 if squash is not None:
-                    grad = grad.float() * squash
+                    grad = grad.mul_(squash) if grad.dtype == torch.float32 else grad.float() * squash
                 grad = grad.to(compute)
                 grad_hidden[rows] = grad @ w
                 if compute == torch.float32:
