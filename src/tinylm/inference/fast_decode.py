@@ -50,6 +50,7 @@ from tinylm.inference.packed_bf16 import can_pack, packed_linear
 from tinylm.inference.row_products import Projection, ResidualProjection, float_product, float_residual_product
 from tinylm.models.loss import soft_cap
 from tinylm.models.modern.mask import attention_mask
+from tinylm.models.modern.relu2 import ReLUSquared
 from tinylm.models.modern.rope import apply_rope
 
 ROTATION_TABLE_BYTES = 32 << 20  # above this (long contexts x wide heads) one-token steps rotate elementwise
@@ -156,7 +157,7 @@ class _FusedBlock:
         self.k_norm: torch.Tensor | None = None if attn.k_norm is None else attn.k_norm.weight
         self.n_head, self.n_kv_head = attn.n_head, attn.n_kv_head
         self.moe: nn.Module | None = None
-        self.relu2 = not hasattr(block.mlp, "gate")  # ReLU^2 (relu2.py): one projection up, no gate
+        self.relu2 = isinstance(block.mlp, ReLUSquared)  # one projection up, no gate
         if hasattr(block.mlp, "router"):
             self.moe = block.mlp
         else:
