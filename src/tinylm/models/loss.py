@@ -112,8 +112,8 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                 logits = F.linear(h, w, b)
                 squash = None
                 if softcap is not None:  # the loss sees z = c tanh(r / c); dz/dr = 1 - tanh^2 scales its gradient
-                    t = logits.float() if logits.dtype != torch.float32 else logits  # a fresh product: ours to
-                    t.div_(softcap).tanh_()                                          # overwrite in place
+                    t = logits.float()  # the head's fresh product (or its float32 copy): ours to overwrite
+                    t.div_(softcap).tanh_()
                     squash = t.square().neg_().add_(1) if want_grads else None
                     logits = t.mul_(softcap)
                 counted = ok.float()
@@ -136,8 +136,8 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
                         continue
                     share = weights / sums if not z_loss else weights * (1 + 2 * z_loss * lse) / sums
                     grad = probs.mul_(share).scatter_add_(1, y, -weights)  # (p - onehot) / n
-                if squash is not None:
-                    grad = grad.mul_(squash) if grad.dtype == torch.float32 else grad.float() * squash
+                if squash is not None:  # capped logits are float32, so both paths' gradients are too
+                    grad = grad.mul_(squash)
                 grad = grad.to(compute)
                 grad_hidden[rows] = grad @ w
                 if compute == torch.float32:
