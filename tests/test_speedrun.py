@@ -96,6 +96,21 @@ def test_every_run_gets_the_reference_tokens_and_evaluates_at_the_same_tokens() 
         plan_entries(SpeedrunOptions(recipes=["n_head=3"], train={"data": str(data_dir()), "overrides": dict(MICRO)}))
 
 
+def test_a_given_compile_setting_and_the_warmup_changes_reach_every_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """--compile off holds for every run (a pinned reference choice only fills what is left on auto); the
+    batch ramp, the sequence warmup and the weight-decay schedule are recipe changes like any other."""
+    entries, budget = plan_entries(SpeedrunOptions(recipes=["batch-ramp", "seq-warmup", "wd-linear"], steps=30,
+                                                   train={"data": str(data_dir()), "overrides": dict(MICRO),
+                                                          "compile": "off"}))
+    assert {entry.config.compile for entry in entries} == {"off"}
+    assert "compile" not in applicable_pins({"compile": "on", "dtype": "bf16"}, entries[1].config)
+    ramp, warm, decay = (entry.config for entry in entries[1:])
+    assert ramp.batch_ramp_steps == 100 and warm.seq_len_warmup_steps == 150
+    assert decay.weight_decay_schedule == "linear" and ramp.max_tokens == budget
+    assert main(["speedrun", "--compile", "sometimes"]) == 2
+    assert "argument --compile" in capsys.readouterr().err
+
+
 def test_train_s_counts_the_steps_not_the_evaluations_and_continues_on_resume(tmp_path: Path) -> None:
     run_training(config(tmp_path, max_steps=3, eval_every=1, checkpoint_every=3), stage=PretrainStage())
     first = [r for r in rows(tmp_path) if "train_s" in r]

@@ -41,6 +41,12 @@ CHANGES: dict[str, tuple[str, dict[str, Any]]] = {
               {"overrides": {"mlp_type": "relu2"}}),
     "softcap": ("logits soft-capped at 15 (15 tanh(logits / 15))", {"overrides": {"logit_softcap": 15.0}}),
     "z-loss": ("PaLM's z-loss, 1e-4 * logsumexp^2 per token", {"z_loss": 1e-4}),
+    "batch-ramp": ("a batch-size ramp: a quarter of the rows for 50 steps, half for 50, then all",
+                   {"batch_ramp_steps": 100}),
+    "seq-warmup": ("a sequence-length warmup: rows a quarter as long for 75 steps, half for 75, then whole "
+                   "(as many tokens per step)", {"seq_len_warmup_steps": 150}),
+    "wd-linear": ("the weight-decay coefficient falls linearly to 0 over the run",
+                  {"weight_decay_schedule": "linear"}),
 }
 
 # the best recipe docs/speedrun.md's record table kept (each change there measured on its own row)

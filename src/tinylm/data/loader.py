@@ -94,16 +94,19 @@ class BatchLoader:
         self.device = torch.device(device)
         self.step = 0
 
-    def offsets(self, step: int) -> np.ndarray:
-        """This rank's window starts at `step`: its rows of the world_size * batch_size drawn for everyone."""
+    def offsets(self, step: int, rows: int | None = None, seq_len: int | None = None) -> np.ndarray:
+        """This rank's window starts at `step`: its rows of the world_size * rows drawn for everyone (rows of
+        `seq_len` tokens; by default the loader's batch and length)."""
+        rows, seq_len = rows or self.batch_size, seq_len or self.seq_len
         rng = np.random.default_rng([self.seed, step])
-        starts = rng.integers(0, len(self.tokens) - self.seq_len, size=self.world_size * self.batch_size,
-                              dtype=np.int64)
-        return starts[self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
+        starts = rng.integers(0, len(self.tokens) - seq_len, size=self.world_size * rows, dtype=np.int64)
+        return starts[self.rank * rows:(self.rank + 1) * rows]
 
-    def next_batch(self) -> Batch:
-        """The next (x, y), each int64 [batch_size, seq_len] on the loader's device."""
-        x, y = windows(self.tokens, self.offsets(self.step), self.seq_len)
+    def next_batch(self, rows: int | None = None, seq_len: int | None = None) -> Batch:
+        """The next (x, y), each int64 [rows, seq_len] on the loader's device (default: [batch_size, seq_len];
+        a batch-size ramp asks for fewer rows, a sequence-length warmup for shorter ones)."""
+        seq_len = seq_len or self.seq_len
+        x, y = windows(self.tokens, self.offsets(self.step, rows, seq_len), seq_len)
         self.step += 1
         return to_device(x, y, self.device)
 

@@ -15,7 +15,7 @@ from tinylm.models.lora import LoraConfig, parse_targets
 from tinylm.options import MAX_NEW_TOKENS, Option
 from tinylm.stages.spec_rows import ON_ERROR
 from tinylm.tasks.registry import builtin_specs
-from tinylm.train.config import TrainConfig
+from tinylm.train.config import PRETRAINING_ONLY, TrainConfig
 
 BASE_AND_DATA, LORA = "base and data", "LoRA (base frozen, only low-rank adapters train)"
 
@@ -25,9 +25,7 @@ class PostTrainConfig(TrainConfig):
     """TrainConfig plus the base, the data spec and LoRA, with post-training-sized defaults."""
 
     # pretraining's own options that a stage starting from --base does not take
-    hidden_options: ClassVar[tuple[str, ...]] = ("preset", "arch", "overrides", "prompt", "sample_tokens",
-                                                 "temperature", "top_k", "eval_batch_size", "target_dev_bpb",
-                                                 "z_loss")
+    hidden_options: ClassVar[tuple[str, ...]] = (*PRETRAINING_ONLY, "temperature", "top_k")
 
     base: str = Option("checkpoint or run folder to start from (an SFT run for DPO and RL); required unless "
                        "--resume continues a run, which names its own", metavar="RUN", group=BASE_AND_DATA)("")

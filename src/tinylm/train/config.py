@@ -30,13 +30,17 @@ from tinylm.options import (
 )
 from tinylm.presets import PRESETS, preset_config
 from tinylm.train.optim import OPTIMIZERS
-from tinylm.train.schedule import SCHEDULES
+from tinylm.train.schedule import SCHEDULES, WEIGHT_DECAY_SCHEDULES
 
 # Measured on 2 CPU cores (torch 2.13): tiny modern trains at ~14.7k tokens/s at batch 16 x 256 (0.28 s
 # per step), so 600 steps (2.5M tokens, ~0.7 epoch of pystdlib) take ~2.8 minutes; data preparation
 # (~4 s), startup, evals and the sample bring `make demo` to ~3 minutes, with headroom for slower CPUs.
 DEMO_STEPS = 600
 
+
+# pretraining's own options, which a stage that starts from a trained model (SFT, DPO, RL) does not take
+PRETRAINING_ONLY: tuple[str, ...] = ("preset", "arch", "overrides", "prompt", "sample_tokens", "eval_batch_size",
+                                     "target_dev_bpb", "z_loss", "batch_ramp_steps", "seq_len_warmup_steps")
 
 # the --help sections of every training command
 MODEL_AND_DATA, HARDWARE, BUDGET = "model and data", "hardware", "batch and budget"
@@ -82,6 +86,13 @@ class TrainConfig:
     batch_size: int = BATCH_SIZE(16, group=BUDGET, note="training: per micro-batch (RL: prompts)")
     grad_accum: int = Option("micro-batches per optimizer step", low=1, group=BUDGET)(1)
     seq_len: int | None = Option("tokens per row (default: the context length)", low=2, group=BUDGET)(None)
+    batch_ramp_steps: int = Option("pretraining: a batch-size ramp, a quarter of --batch-size for the first half of "
+                                   "N steps and half for the second, then all of it (a token budget then takes "
+                                   "more steps); 0 = off", low=0, metavar="N", group=BUDGET)(0)
+    seq_len_warmup_steps: int = Option("pretraining: a sequence-length warmup, rows a quarter as long (and 4x as "
+                                       "many) for the first half of N steps and half as long for the second; the "
+                                       "tokens per step stay the same; 0 = off", low=0, metavar="N",
+                                       group=BUDGET)(0)
     # budgets (the first one reached stops the run)
     max_steps: int = Option("total optimizer steps, counted across resumes", low=1, group=BUDGET)(DEMO_STEPS)
     max_tokens: int | None = Option("stop after this many training tokens", low=1, group=BUDGET)(None)
@@ -97,6 +108,10 @@ class TrainConfig:
                             group=OPTIMIZER)("adamw")
     lr: float = Option("AdamW learning rate", low=0, low_open=True, group=OPTIMIZER)(3e-3)
     weight_decay: float = Option("decoupled weight decay of the matrices", low=0, group=OPTIMIZER)(0.1)
+    weight_decay_schedule: str = Option("constant: the coefficient stays --weight-decay (each step still decays "
+                                        "by lr x coefficient, so it follows the lr schedule); linear: the "
+                                        "coefficient itself falls to 0 at the schedule's end",
+                                        choices=WEIGHT_DECAY_SCHEDULES, group=OPTIMIZER)("constant")
     beta1: float = Option("AdamW beta1", low=0, high=1, high_open=True, group=OPTIMIZER)(0.9)
     beta2: float = Option("AdamW beta2", low=0, high=1, high_open=True, group=OPTIMIZER)(0.95)
     muon_lr: float = Option("Muon learning rate", low=0, low_open=True, group=OPTIMIZER)(0.02)

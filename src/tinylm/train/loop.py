@@ -54,6 +54,7 @@ from tinylm.train.run_header import header_lines
 from tinylm.train.run_lock import RunLock
 from tinylm.train.run_setup import (
     acquire_run_lock,
+    batch_plan,
     build_optimization,
     build_training_model,
     find_resume_point,
@@ -62,7 +63,7 @@ from tinylm.train.run_setup import (
     reset_metrics_log,
 )
 from tinylm.train.run_status import RunStatus
-from tinylm.train.schedule import apply_lr
+from tinylm.train.schedule import apply_lr, apply_weight_decay, weight_decay_factor
 from tinylm.train.stage import Stage, StageContext, StageStart
 from tinylm.train.step import accumulate_gradients, clip_gradients
 from tinylm.train.summary import TrainSummary, budget_reached, nan_message, reached_target, stop_reason
@@ -165,7 +166,7 @@ class _Run:
             self.say(line)
         logger = open_logger(self.run_dir, cfg, env, self.state, self.say,
                              {"model": self.mcfg.to_dict(), "train": cfg.to_dict(), "stage": self.stage.name})
-        total = planned_steps(cfg, self.tokens_per_step)
+        total = planned_steps(cfg, self.plan)
         self.progress = Progress(total, initial=self.step, enabled=cfg.progress and env.is_main)
         self.status.running(self.step, total)
         try:
@@ -199,17 +200,18 @@ class _Run:
         if point.resume is not None:
             check_same_model(checkpoint_model_config(point.resume), self.mcfg, point.resume)
         self.seq_len = cfg.seq_len or self.mcfg.context_length
-        self.tokens_per_step = cfg.batch_size * cfg.grad_accum * self.seq_len * env.world_size
+        self.plan = batch_plan(cfg, self.seq_len, env.world_size)
+        self.tokens_per_step = self.plan.full_tokens
         done = int(self.state["step"]) if self.state is not None else 0
         shape = RunShape(self.mcfg, cfg.batch_size, self.seq_len, self.device, time_budget_s=cfg.time_budget,
-                         planned_passes=max(0, planned_steps(cfg, self.tokens_per_step) - done) * cfg.grad_accum)
+                         planned_passes=max(0, planned_steps(cfg, self.plan) - done) * cfg.grad_accum)
         self.choices = decide_run_choices(cfg.dtype, cfg.attention, cfg.compile, shape, saved=self.state)
         stage.enter(StageContext.final(start, self.choices))
         reset_metrics_log(self.run_dir, env, self.state)
 
         self.raw, self.train_model = build_training_model(stage, cfg, env, self.device, self.mcfg, self.choices)
         self.optimizer, self.scaler, self.schedule = build_optimization(self.raw, cfg, self.device,
-                                                                        self.choices.dtype, self.tokens_per_step)
+                                                                        self.choices.dtype, self.plan)
         self.checkpoints = RunCheckpoints(cfg, env, stage, self.run_dir, self.raw, self.mcfg, self.optimizer,
                                           self.scaler, self.schedule, self.choices, self.say)
         self.step, self.tokens = 0, 0
@@ -241,6 +243,10 @@ class _Run:
             # under a time budget the lr follows the clock where it leads: rank 0's clock, which every rank got
             # with the last step's flags (the last step predicts how long this one takes)
             apply_lr(self.optimizer, self.schedule.factor(self.step, clock.planned_end()))
+            if cfg.weight_decay_schedule != "constant":
+                position = self.schedule.position(self.step, clock.planned_end())
+                apply_weight_decay(self.optimizer, weight_decay_factor(cfg.weight_decay_schedule, position,
+                                                                       self.schedule.total))
             try:
                 batches = [stage.next_batch() for _ in range(cfg.grad_accum)]
             except StepInterrupted:  # Ctrl-C while the step waited on work it can drop (an RL reward)
@@ -265,7 +271,8 @@ class _Run:
                 cfg.time_budget
             names = sorted(metric_sums)
             ws = float(env.world_size)
-            forwarded = forwarded_tokens(stage, batches, planned=cfg.batch_size * self.seq_len)
+            rows, length = self.plan.shape(self.step)
+            forwarded = forwarded_tokens(stage, batches, planned=rows * length)
             flags = torch.stack([loss_sum / weight, *(metric_sums[k] / weight for k in names),
                                  torch.tensor(float(forwarded), device=self.device),
                                  grad_norm.float().to(self.device) / ws,
@@ -287,8 +294,8 @@ class _Run:
             else:
                 self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
+            self.tokens += self.plan.step_tokens(self.step)
             self.step += 1
-            self.tokens += self.tokens_per_step
             last_loss = loss_value
             step_end = time.perf_counter()
             step_time = last_step_time = clock.stepped(step_end - t0)

@@ -129,13 +129,14 @@ def build_optimizer(
 ) -> AnyOptimizer:
     """AdamW with decay on matrices only, or Muon on hidden matrices plus AdamW on the rest.
 
-    Every group records its base learning rate as `initial_lr`; schedules scale from it.
+    Every group records its base learning rate as `initial_lr` and its base decay as `initial_weight_decay`;
+    schedules scale from them.
     """
     device = device or torch.device("cpu")
     split = split_params(model)
 
     def group(params: list[tuple[str, nn.Parameter]], role: str, decay: float, base_lr: float) -> dict[str, Any]:
-        return {"params": [p for _, p in params], "role": role, "weight_decay": decay,
+        return {"params": [p for _, p in params], "role": role, "weight_decay": decay, "initial_weight_decay": decay,
                 "lr": base_lr, "initial_lr": base_lr}
 
     no_decay = split.embeddings + split.vectors

@@ -71,7 +71,7 @@ class RunCheckpoints:
     def restore(self, state: dict[str, Any], checkpoint: Path) -> tuple[int, int]:
         """Load `checkpoint`'s train state into the optimizer, the loss scaler and the stage; (step, tokens)."""
         optimizer = self.optimizer
-        base = [(g["initial_lr"], g["weight_decay"]) for g in optimizer.param_groups]
+        base = [(g["initial_lr"], g["initial_weight_decay"]) for g in optimizer.param_groups]
         if self.cfg.fsdp:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict  # heavy
 
@@ -84,7 +84,7 @@ class RunCheckpoints:
                 raise TinyLMError(f"checkpoint {checkpoint} has optimizer state for another optimizer "
                                   f"(not --optimizer {self.cfg.optimizer}?): {exc}") from None
         for group, (lr, wd) in zip(optimizer.param_groups, base):  # this invocation's settings win
-            group["initial_lr"], group["weight_decay"] = lr, wd
+            group["initial_lr"], group["initial_weight_decay"], group["weight_decay"] = lr, wd, wd
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.stage.load_state_dict(state["loader"])

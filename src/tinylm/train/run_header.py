@@ -22,6 +22,7 @@ def header_lines(run: Any) -> list[str]:
     lines.append(f"device: {describe(run.device)} x {env.world_size}, dtype {str(run.choices.dtype)[6:]}, "
                  f"{run.tokens_per_step:,} tokens/step (batch {cfg.batch_size} x accum {cfg.grad_accum} "
                  f"x seq {run.seq_len} x {env.world_size} proc)")
+    lines += run.plan.describe()
     if run.device.type == "cpu" and (mkl := describe_mkl()):
         lines.append(mkl)
     lines += run.choices.header_lines()

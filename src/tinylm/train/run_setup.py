@@ -8,7 +8,6 @@ attention kernel and compile plan, then its optimizer, loss scaler and schedule.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from tinylm.runtime.attention_policy import use_attention_kernel
 from tinylm.runtime.compile_policy import compile_blocks
 from tinylm.runtime.distributed import DistEnv, all_gather_objects, barrier
 from tinylm.runtime.run_choices import RunChoices
+from tinylm.train.batch_plan import BatchPlan
 from tinylm.train.config import TrainConfig
 from tinylm.train.distributed import wrap_model
 from tinylm.train.optim import AnyOptimizer, build_optimizer
@@ -81,18 +81,25 @@ def find_resume_point(resume: str | None, run_dir: Path, say: Callable[[str], No
     return ResumePoint()
 
 
-def planned_steps(cfg: TrainConfig, tokens_per_step: int) -> int:
-    """Optimizer steps the run plans in all: --max-steps, or fewer when --max-tokens comes first."""
+def planned_steps(cfg: TrainConfig, plan: BatchPlan) -> int:
+    """Optimizer steps the run plans in all: --max-steps, or fewer when --max-tokens comes first (a batch ramp's
+    short steps counted)."""
     if cfg.max_tokens is None:
         return cfg.max_steps
-    return min(cfg.max_steps, math.ceil(cfg.max_tokens / tokens_per_step))
+    return min(cfg.max_steps, plan.steps_for(cfg.max_tokens))
 
 
-def default_schedule_steps(cfg: TrainConfig, tokens_per_step: int) -> int:
+def batch_plan(cfg: TrainConfig, seq_len: int, world_size: int) -> BatchPlan:
+    """The run's step shapes (train/batch_plan.py): the loop counts tokens by it, pretraining draws rows by it."""
+    return BatchPlan(cfg.batch_size, seq_len, cfg.grad_accum * world_size, cfg.batch_ramp_steps,
+                     cfg.seq_len_warmup_steps)
+
+
+def default_schedule_steps(cfg: TrainConfig, plan: BatchPlan) -> int:
     """The schedule's length without --schedule-steps: the planned steps (at least one under --max-tokens)."""
     if cfg.max_tokens is None:
         return cfg.max_steps
-    return max(1, planned_steps(cfg, tokens_per_step))
+    return max(1, planned_steps(cfg, plan))
 
 
 def reset_metrics_log(run_dir: Path, env: DistEnv, state: dict[str, Any] | None) -> None:
@@ -126,14 +133,14 @@ def build_training_model(stage: Stage, cfg: TrainConfig, env: DistEnv, device: t
 
 
 def build_optimization(raw: nn.Module, cfg: TrainConfig, device: torch.device, dtype: torch.dtype,
-                       tokens_per_step: int) -> tuple[AnyOptimizer, torch.amp.GradScaler | None, LRSchedule]:
+                       plan: BatchPlan) -> tuple[AnyOptimizer, torch.amp.GradScaler | None, LRSchedule]:
     """The optimizer, a loss scaler for fp16, and the learning-rate schedule over --schedule-steps (and the
     --time-budget, whichever ends first)."""
     optimizer = build_optimizer(raw, cfg.optimizer, lr=cfg.lr, weight_decay=cfg.weight_decay,
                                 betas=(cfg.beta1, cfg.beta2), muon_lr=cfg.muon_lr, muon_momentum=cfg.muon_momentum,
                                 device=device)
     scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
-    total = cfg.schedule_steps or default_schedule_steps(cfg, tokens_per_step)
+    total = cfg.schedule_steps or default_schedule_steps(cfg, plan)
     schedule = LRSchedule(cfg.schedule, total, min(cfg.warmup_steps, total), cfg.min_lr_ratio, cfg.decay_fraction,
                           time_budget=cfg.time_budget)
     return optimizer, scaler, schedule

@@ -32,6 +32,7 @@ from typing import Any
 from tinylm.errors import TinyLMError
 
 SCHEDULES: tuple[str, ...] = ("cosine", "wsd", "linear", "constant")
+WEIGHT_DECAY_SCHEDULES: tuple[str, ...] = ("constant", "linear")
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,26 @@ class LRSchedule:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LRSchedule:
         return cls(**data)
+
+
+def weight_decay_factor(kind: str, position: float, total: int) -> float:
+    """Multiplier of the weight-decay coefficient at schedule position `position` (in steps).
+
+    Decoupled decay shrinks each weight by lr x coefficient per step, so with a constant coefficient the decay
+    already follows the lr schedule. `linear` also takes the coefficient from its value at step 0 to zero at
+    the schedule's last update: late in a run, when the lr is small and the weights should settle where the
+    data puts them, the pull toward zero fades first."""
+    if kind == "constant":
+        return 1.0
+    if kind != "linear":
+        raise TinyLMError(f"unknown weight-decay schedule {kind!r}: choose one of {', '.join(WEIGHT_DECAY_SCHEDULES)}")
+    return max(0.0, 1.0 - position / max(1, total - 1))
+
+
+def apply_weight_decay(optimizer: Any, factor: float) -> None:
+    """Set every group's weight decay to its base (`initial_weight_decay`, fixed when built) times factor."""
+    for group in optimizer.param_groups:
+        group["weight_decay"] = group["initial_weight_decay"] * factor
 
 
 def apply_lr(optimizer: Any, factor: float) -> None:

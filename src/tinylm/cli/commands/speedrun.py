@@ -1,7 +1,6 @@
 """Race training recipes to a dev bits-per-byte target against a reference trained in the same invocation.
 
-Each recipe is changes to `tinylm train`'s defaults joined by '+': a named change (muon, wsd,
-linear, no-warmup, untied, qknorm, half-batch, double-batch, no-decay, nanogpt) or
+Each recipe is changes to `tinylm train`'s defaults joined by '+': a named change ({changes}) or
 FIELD=VALUE for any training option or model field. `record` is the best recipe of the record table
 (docs/speedrun.md). Every run gets the reference's token budget; the target is where the reference
 ends it (or --target-bpb). Runs alternate seed by seed, so the ratio holds on a busy machine.
@@ -21,6 +20,7 @@ import argparse
 import json
 import sys
 
+from tinylm.bench.recipes import CHANGES
 from tinylm.bench.speedrun import SpeedrunOptions, run_speedrun
 from tinylm.bench.speedrun_report import format_markdown
 from tinylm.cli import option_types
@@ -29,6 +29,8 @@ from tinylm.cli.options import add_config_option, add_option
 from tinylm.config import parse_override
 from tinylm.options import DEVICE, DTYPE, THREADS
 from tinylm.train.config import DEMO_STEPS, TrainConfig
+
+__doc__ = __doc__.format(changes=", ".join(CHANGES))  # the named changes as recipes.py defines them
 
 HELP = "race training recipes to a dev bpb target against a reference; table, JSON and plot"
 
@@ -65,13 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="speedrun", help="output folder (default: ./speedrun)")
     add_option(parser, "device", DEVICE, "auto")
     add_option(parser, "dtype", DTYPE, "auto", note="auto: the reference's first run decides, every run keeps it")
+    add_config_option(parser, TrainConfig, "compile", note="auto: the reference's first run decides, every run keeps it")
     add_option(parser, "threads", THREADS, kind="int")
     parser.add_argument("--json", action="store_true", help="print speedrun.json's summary instead of the table")
 
 
 def run(args: argparse.Namespace) -> int:
     train = {"data": args.data, "eval_batches": args.eval_batches, "device": args.device, "dtype": args.dtype,
-             "threads": args.threads, "overrides": dict(parse_override(t) for t in args.overrides)}
+             "compile": args.compile, "threads": args.threads, "overrides": dict(parse_override(t) for t in args.overrides)}
     options = SpeedrunOptions(preset=args.preset, recipes=args.recipe, against=args.against,
                               target_bpb=args.target_bpb, stop_at_target=args.stop_at_target, seeds=args.seeds,
                               steps=args.steps, eval_every=args.eval_every, out=args.out, train=train)

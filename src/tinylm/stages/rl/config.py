@@ -20,6 +20,7 @@ from tinylm.stages.rl.policy_losses import AGGREGATIONS
 from tinylm.stages.rl.rewards import REWARD_ERRORS
 from tinylm.stages.rl.rollout_server import SYNCS
 from tinylm.tasks.registry import is_task_spec, known_tasks
+from tinylm.train.config import PRETRAINING_ONLY
 
 TASK, ALGORITHM, ROLLOUTS = "task and reward", "algorithm", "rollouts"
 
@@ -29,9 +30,7 @@ class RLConfig(PostTrainConfig):
     """PostTrainConfig plus what RL needs; --batch-size counts prompts (each sampled --group-size times)."""
 
     # pretraining's sample options, and the data-file options RL (which samples its own answers) does not take
-    hidden_options: ClassVar[tuple[str, ...]] = ("preset", "arch", "overrides", "prompt", "sample_tokens", "data",
-                                                 "eval_data", "dev_fraction", "on_error", "eval_batch_size",
-                                                 "target_dev_bpb")
+    hidden_options: ClassVar[tuple[str, ...]] = (*PRETRAINING_ONLY, "data", "eval_data", "dev_fraction", "on_error")
 
     task: str = Option(f"the prompts and their verifier: {known_tasks()}, or FILE.jsonl of "
                        "{\"prompt\", \"answer\"} rows (parameters: builtin:arith?digits=2&ops=+)", metavar="SPEC",
