@@ -134,3 +134,17 @@ def test_post_training_stages_do_not_take_pretraining_options() -> None:
             assert flag not in text, (command, flag)
         assert "--weight-decay-schedule" in text  # the engine's own option: every stage has it
     assert TrainConfig().batch_ramp_steps == 0 and TrainConfig().seq_len_warmup_steps == 0
+
+
+def test_a_stage_that_draws_its_own_batches_refuses_a_plan(tmp_path: Path) -> None:
+    """SFT, DPO and RL draw their own rows: the loop refuses to count tokens by a plan the stage would not follow."""
+    from tinylm.train.loop import run_training
+
+    class OwnBatches(pretrain_stage.PretrainStage):
+        name = "own-batches"
+        follows_batch_plan = False
+
+    with pytest.raises(TinyLMError, match="the own-batches stage draws its own"):
+        run_training(config(tmp_path / "run", batch_ramp_steps=4), stage=OwnBatches())
+    summary = run_training(config(tmp_path / "plain", max_steps=1), stage=OwnBatches())  # no plan: it trains
+    assert summary.steps == 1

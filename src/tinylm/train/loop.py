@@ -201,6 +201,9 @@ class _Run:
             check_same_model(checkpoint_model_config(point.resume), self.mcfg, point.resume)
         self.seq_len = cfg.seq_len or self.mcfg.context_length
         self.plan = batch_plan(cfg, self.seq_len, env.world_size)
+        if self.plan.describe() and not stage.follows_batch_plan:
+            raise TinyLMError(f"--batch-ramp-steps and --seq-len-warmup-steps shape pretraining's batches; the "
+                              f"{stage.name} stage draws its own")
         self.tokens_per_step = self.plan.full_tokens
         done = int(self.state["step"]) if self.state is not None else 0
         shape = RunShape(self.mcfg, cfg.batch_size, self.seq_len, self.device, time_budget_s=cfg.time_budget,

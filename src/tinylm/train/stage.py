@@ -94,6 +94,9 @@ class Stage(Generic[ConfigT]):
     constant_weight: bool = False
     # evaluate before the first step of a fresh run, so the log holds the starting point ("before")
     evaluate_at_start: bool = False
+    # True when next_batch draws each step's rows by the run's batch plan (train/batch_plan.py: a batch-size
+    # ramp, a sequence-length warmup); only such a stage may be given one
+    follows_batch_plan: bool = False
 
     def configure(self, start: StageStart[ConfigT]) -> ModelConfig:
         """The config of the model this stage trains, before its data: the run's choices are measured on it.

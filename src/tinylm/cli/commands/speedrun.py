@@ -67,14 +67,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="speedrun", help="output folder (default: ./speedrun)")
     add_option(parser, "device", DEVICE, "auto")
     add_option(parser, "dtype", DTYPE, "auto", note="auto: the reference's first run decides, every run keeps it")
-    add_config_option(parser, TrainConfig, "compile", note="auto: the reference's first run decides, every run keeps it")
+    add_config_option(parser, TrainConfig, "compile",
+                      note="auto: the reference's first run decides, every run keeps it")
     add_option(parser, "threads", THREADS, kind="int")
     parser.add_argument("--json", action="store_true", help="print speedrun.json's summary instead of the table")
 
 
 def run(args: argparse.Namespace) -> int:
     train = {"data": args.data, "eval_batches": args.eval_batches, "device": args.device, "dtype": args.dtype,
-             "compile": args.compile, "threads": args.threads, "overrides": dict(parse_override(t) for t in args.overrides)}
+             "compile": args.compile, "threads": args.threads,
+             "overrides": dict(parse_override(t) for t in args.overrides)}
     options = SpeedrunOptions(preset=args.preset, recipes=args.recipe, against=args.against,
                               target_bpb=args.target_bpb, stop_at_target=args.stop_at_target, seeds=args.seeds,
                               steps=args.steps, eval_every=args.eval_every, out=args.out, train=train)

@@ -34,6 +34,7 @@ from tinylm.train.stage import Batch, Stage, StageContext, StageLoss, StageStart
 class PretrainStage(Stage[TrainConfig]):
     name = "pretrain"
     constant_weight = True
+    follows_batch_plan = True
 
     def __init__(self, model_config: ModelConfig | None = None) -> None:
         self.requested_model = model_config  # an exact model instead of the config's preset
