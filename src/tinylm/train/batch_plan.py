@@ -62,10 +62,14 @@ class BatchPlan:
         d = shrink(step, self.seq_warmup_steps)
         return rows * d, self.seq_len // d
 
+    def micro_batch_tokens(self, step: int) -> int:
+        """Tokens of one micro-batch of step `step` on one rank (what its forward processes)."""
+        rows, length = self.shape(step)
+        return rows * length
+
     def step_tokens(self, step: int) -> int:
         """Training tokens of step `step`, all micro-batches and ranks."""
-        rows, length = self.shape(step)
-        return rows * length * self.per_step
+        return self.micro_batch_tokens(step) * self.per_step
 
     def tokens_before(self, step: int) -> int:
         """Training tokens of steps 0 .. step-1."""

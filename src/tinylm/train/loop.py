@@ -63,7 +63,7 @@ from tinylm.train.run_setup import (
     reset_metrics_log,
 )
 from tinylm.train.run_status import RunStatus
-from tinylm.train.schedule import apply_lr, apply_weight_decay, weight_decay_factor
+from tinylm.train.schedule import apply_schedules
 from tinylm.train.stage import Stage, StageContext, StageStart
 from tinylm.train.step import accumulate_gradients, clip_gradients
 from tinylm.train.summary import TrainSummary, budget_reached, nan_message, reached_target, stop_reason
@@ -200,11 +200,7 @@ class _Run:
         if point.resume is not None:
             check_same_model(checkpoint_model_config(point.resume), self.mcfg, point.resume)
         self.seq_len = cfg.seq_len or self.mcfg.context_length
-        self.plan = batch_plan(cfg, self.seq_len, env.world_size)
-        if self.plan.describe() and not stage.follows_batch_plan:
-            raise TinyLMError(f"--batch-ramp-steps and --seq-len-warmup-steps shape pretraining's batches; the "
-                              f"{stage.name} stage draws its own")
-        self.tokens_per_step = self.plan.full_tokens
+        self.plan = batch_plan(cfg, self.seq_len, env.world_size, stage)
         done = int(self.state["step"]) if self.state is not None else 0
         shape = RunShape(self.mcfg, cfg.batch_size, self.seq_len, self.device, time_budget_s=cfg.time_budget,
                          planned_passes=max(0, planned_steps(cfg, self.plan) - done) * cfg.grad_accum)
@@ -245,11 +241,7 @@ class _Run:
             t0 = time.perf_counter()
             # under a time budget the lr follows the clock where it leads: rank 0's clock, which every rank got
             # with the last step's flags (the last step predicts how long this one takes)
-            apply_lr(self.optimizer, self.schedule.factor(self.step, clock.planned_end()))
-            if cfg.weight_decay_schedule != "constant":
-                position = self.schedule.position(self.step, clock.planned_end())
-                apply_weight_decay(self.optimizer, weight_decay_factor(cfg.weight_decay_schedule, position,
-                                                                       self.schedule.total))
+            apply_schedules(self.optimizer, self.schedule, cfg.weight_decay_schedule, self.step, clock.planned_end())
             try:
                 batches = [stage.next_batch() for _ in range(cfg.grad_accum)]
             except StepInterrupted:  # Ctrl-C while the step waited on work it can drop (an RL reward)
@@ -274,8 +266,7 @@ class _Run:
                 cfg.time_budget
             names = sorted(metric_sums)
             ws = float(env.world_size)
-            rows, length = self.plan.shape(self.step)
-            forwarded = forwarded_tokens(stage, batches, planned=rows * length)
+            forwarded = forwarded_tokens(stage, batches, planned=self.plan.micro_batch_tokens(self.step))
             flags = torch.stack([loss_sum / weight, *(metric_sums[k] / weight for k in names),
                                  torch.tensor(float(forwarded), device=self.device),
                                  grad_norm.float().to(self.device) / ws,

@@ -20,7 +20,7 @@ def header_lines(run: Any) -> list[str]:
                  f"{run.raw.num_params():,} parameters "
                  f"({run.raw.num_params(non_embedding=True):,} non-embedding), context {m.context_length}")
     lines.append(f"device: {describe(run.device)} x {env.world_size}, dtype {str(run.choices.dtype)[6:]}, "
-                 f"{run.tokens_per_step:,} tokens/step (batch {cfg.batch_size} x accum {cfg.grad_accum} "
+                 f"{run.plan.full_tokens:,} tokens/step (batch {cfg.batch_size} x accum {cfg.grad_accum} "
                  f"x seq {run.seq_len} x {env.world_size} proc)")
     lines += run.plan.describe()
     if run.device.type == "cpu" and (mkl := describe_mkl()):

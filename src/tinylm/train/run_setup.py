@@ -89,10 +89,15 @@ def planned_steps(cfg: TrainConfig, plan: BatchPlan) -> int:
     return min(cfg.max_steps, plan.steps_for(cfg.max_tokens))
 
 
-def batch_plan(cfg: TrainConfig, seq_len: int, world_size: int) -> BatchPlan:
-    """The run's step shapes (train/batch_plan.py): the loop counts tokens by it, pretraining draws rows by it."""
-    return BatchPlan(cfg.batch_size, seq_len, cfg.grad_accum * world_size, cfg.batch_ramp_steps,
+def batch_plan(cfg: TrainConfig, seq_len: int, world_size: int, stage: Stage | None = None) -> BatchPlan:
+    """The run's step shapes (train/batch_plan.py): the loop counts tokens by it, pretraining draws rows by it.
+    A `stage` that draws its own rows (SFT, DPO, RL) refuses a plan it would not follow."""
+    plan = BatchPlan(cfg.batch_size, seq_len, cfg.grad_accum * world_size, cfg.batch_ramp_steps,
                      cfg.seq_len_warmup_steps)
+    if stage is not None and plan.describe() and not stage.follows_batch_plan:
+        raise TinyLMError(f"--batch-ramp-steps and --seq-len-warmup-steps shape pretraining's batches; the "
+                          f"{stage.name} stage draws its own")
+    return plan
 
 
 def default_schedule_steps(cfg: TrainConfig, plan: BatchPlan) -> int:

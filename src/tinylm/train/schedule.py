@@ -122,6 +122,16 @@ def apply_weight_decay(optimizer: Any, factor: float) -> None:
         group["weight_decay"] = group["initial_weight_decay"] * factor
 
 
+def apply_schedules(optimizer: Any, schedule: LRSchedule, weight_decay_schedule: str, step: int,
+                    seconds: float | None) -> None:
+    """Before update `step`: every group's lr from the schedule, and its weight decay when that has a schedule
+    too (`constant` leaves the groups alone, so a run without one is what it always was)."""
+    apply_lr(optimizer, schedule.factor(step, seconds))
+    if weight_decay_schedule != "constant":
+        position = step if seconds is None else schedule.position(step, seconds)
+        apply_weight_decay(optimizer, weight_decay_factor(weight_decay_schedule, position, schedule.total))
+
+
 def apply_lr(optimizer: Any, factor: float) -> None:
     """Set every group's lr to its base lr (`initial_lr`, fixed when the optimizer was built) times factor."""
     for group in optimizer.param_groups:
