@@ -50,7 +50,7 @@ CHANGES: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 # the best recipe docs/speedrun.md's record table kept (each change there measured on its own row)
-RECORD = "muon+lr=0.06+muon_momentum=0.9"
+RECORD = "muon+lr=0.06+muon_momentum=0.9+seq-warmup"
 
 
 @dataclass(frozen=True)
