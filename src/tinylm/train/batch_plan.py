@@ -52,6 +52,11 @@ class BatchPlan:
                               f"{self.seq_len} must be a multiple of 4")
 
     @property
+    def reshapes(self) -> bool:
+        """Whether any step differs from the plain full batch."""
+        return bool(self.ramp_steps or self.seq_warmup_steps)
+
+    @property
     def full_tokens(self) -> int:
         """Tokens of a step after both warmups: batch x seq_len x micro-batches x ranks."""
         return self.batch_size * self.seq_len * self.per_step

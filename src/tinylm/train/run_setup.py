@@ -94,7 +94,7 @@ def batch_plan(cfg: TrainConfig, seq_len: int, world_size: int, stage: Stage | N
     A `stage` that draws its own rows (SFT, DPO, RL) refuses a plan it would not follow."""
     plan = BatchPlan(cfg.batch_size, seq_len, cfg.grad_accum * world_size, cfg.batch_ramp_steps,
                      cfg.seq_len_warmup_steps)
-    if stage is not None and plan.describe() and not stage.follows_batch_plan:
+    if stage is not None and plan.reshapes and not stage.follows_batch_plan:
         raise TinyLMError(f"--batch-ramp-steps and --seq-len-warmup-steps shape pretraining's batches; the "
                           f"{stage.name} stage draws its own")
     return plan
