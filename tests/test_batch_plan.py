@@ -3,8 +3,11 @@ what a real pretraining run draws, counts, plans and resumes with them."""
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
+import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +17,15 @@ import torch
 from test_train_support import MICRO, config, hooked_build_model, losses, rows
 from tinylm.checkpoint import list_checkpoints, load_train_state
 from tinylm.errors import TinyLMError
+from tinylm.models.factory import build_model
 from tinylm.stages.pretrain import pretrain
 from tinylm.stages.pretrain import stage as pretrain_stage
+from tinylm.train import loop
 from tinylm.train.batch_plan import BatchPlan, shrink
 from tinylm.train.config import TrainConfig
 from tinylm.train.schedule import weight_decay_factor
+
+PEAK = 1e12  # a fixed matmul peak: MFU x PEAK / tokens_per_s is then the FLOPs per token the loop counted
 
 
 def test_the_plan_halves_twice_and_counts_tokens_in_closed_form() -> None:
@@ -47,6 +54,9 @@ def test_the_plan_halves_twice_and_counts_tokens_in_closed_form() -> None:
     assert ramp.describe() == ["batch ramp: 4 for steps 1-4, 8 for steps 5-8, then 16 rows; its 8 steps carry the "
                                "tokens of 3 full ones"]
     assert "64 for steps 1-3, 128 for steps 4-6, then 256 tokens per row" in warm.describe()[0]
+    # how much longer one step is than another, to first order: the ramp doubles at each stage, the warmup never
+    assert ramp.tokens_ratio(4, 2) == 2 and ramp.tokens_ratio(8, 6) == 2 and ramp.tokens_ratio(1, -1) == 1
+    assert warm.tokens_ratio(3, 1) == 1 and warm.tokens_ratio(6, 4) == 1
 
 
 def test_shapes_that_cannot_be_quartered_are_refused_in_one_line() -> None:
@@ -55,6 +65,11 @@ def test_shapes_that_cannot_be_quartered_are_refused_in_one_line() -> None:
     with pytest.raises(TinyLMError, match="row length 30 must be a multiple of 4"):
         BatchPlan(16, 30, seq_warmup_steps=10)
     BatchPlan(6, 30)  # nothing asked, nothing refused
+    # the batch is known before a run folder exists: refused by the config itself
+    with pytest.raises(TinyLMError, match="--batch-size 6 must be a multiple of 4"):
+        TrainConfig(batch_size=6, batch_ramp_steps=10)
+    with pytest.raises(TinyLMError, match="row length 30 must be a multiple of 4"):
+        TrainConfig(seq_len=30, seq_len_warmup_steps=10)
 
 
 def _record_shapes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
@@ -72,11 +87,20 @@ def _record_shapes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
 def test_a_sequence_warmup_run_trains_on_short_rows_with_the_same_tokens(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _record_shapes(monkeypatch)
+    monkeypatch.setattr(loop, "peak_flops", lambda device, dtype: PEAK)
     summary = pretrain(config(tmp_path / "warm", max_steps=6, seq_len_warmup_steps=4, grad_accum=2))
     # batch 4 x 16 tokens: 16 rows of 4, then 8 rows of 8, then 4 of 16; two micro-batches a step
     assert seen == [(16, 4)] * 4 + [(8, 8)] * 4 + [(4, 16)] * 4
     assert summary.tokens == 6 * 2 * 4 * 16
-    assert [r["tokens"] for r in rows(tmp_path / "warm") if "loss" in r] == [128 * s for s in range(1, 7)]
+    logged = [r for r in rows(tmp_path / "warm") if "loss" in r]
+    assert [r["tokens"] for r in logged] == [128 * s for s in range(1, 7)]
+    # MFU counts the attention of the rows trained on: a 4-token row's FLOPs per token, not a 16-token one's
+    model = build_model(config(None).model_config())
+    per_token = [r["mfu"] * PEAK / r["tokens_per_s"] for r in logged]
+    assert model.flops_per_token(4) < model.flops_per_token(8) < model.flops_per_token(16)
+    assert per_token[0] == pytest.approx(model.flops_per_token(4))
+    assert per_token[2] == pytest.approx(model.flops_per_token(8))
+    assert per_token[5] == pytest.approx(model.flops_per_token(16))
 
 
 def test_a_batch_ramp_counts_its_short_steps_and_plans_a_token_budget(tmp_path: Path,
@@ -93,6 +117,30 @@ def test_a_batch_ramp_counts_its_short_steps_and_plans_a_token_budget(tmp_path: 
     assert logged[-1]["lr"] == pytest.approx(3e-3 * 0.1)
 
 
+def test_a_time_budget_foresees_the_ramp_doubling_the_next_step(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step of the ramp's next stage carries twice the tokens and takes twice as long: the budget check must
+    expect that, not the last step's length again, or the run ends past its budget."""
+    drawn, readings = [0], itertools.count()
+    # a clock on which a step lasts a millisecond per token it draws
+    monkeypatch.setattr(loop, "time", types.SimpleNamespace(
+        perf_counter=lambda: drawn[0] * 1e-3 + next(readings) * 1e-9, time=time.time))
+    original = pretrain_stage.PretrainStage.next_batch
+
+    def counted(self: pretrain_stage.PretrainStage) -> Any:
+        x, y = original(self)
+        drawn[0] += y.numel()
+        return x, y
+
+    monkeypatch.setattr(pretrain_stage.PretrainStage, "next_batch", counted)
+    # batch 4 x 16: steps 1-4 of the ramp carry 16 tokens (16 ms), steps 5-8 32 ms. Step 4 ends at 64 ms, and step
+    # 5 would end at 96 ms, past the 85 ms budget: the run stops after step 4 (the last step's 16 ms again would
+    # have predicted 80 ms, and run step 5 to 96 ms)
+    summary = pretrain(config(tmp_path, max_steps=100, batch_ramp_steps=8, time_budget=0.085))
+    assert summary.stopped == "time_budget" and summary.steps == 4
+    assert load_train_state(list_checkpoints(tmp_path)[-1])["train_seconds"] <= 0.085
+
+
 def test_exact_resume_inside_the_ramp_and_the_warmup(tmp_path: Path) -> None:
     kw: dict[str, Any] = dict(overrides={**MICRO, "dropout": 0.1}, schedule_steps=8, batch_ramp_steps=6,
                               seq_len_warmup_steps=4, weight_decay_schedule="linear")
@@ -102,6 +150,19 @@ def test_exact_resume_inside_the_ramp_and_the_warmup(tmp_path: Path) -> None:
     assert losses(tmp_path / "resumed") == losses(tmp_path / "straight")
     assert [r["tokens"] for r in rows(tmp_path / "resumed") if "loss" in r] == \
         [r["tokens"] for r in rows(tmp_path / "straight") if "loss" in r]
+
+
+def test_a_resume_with_another_grad_accum_keeps_its_place_in_the_warmup(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warmup is a function of the optimizer step, not of the micro-batches drawn before a resume."""
+    seen = _record_shapes(monkeypatch)
+    kw: dict[str, Any] = dict(schedule_steps=6, seq_len_warmup_steps=4)
+    pretrain(config(tmp_path / "run", max_steps=2, grad_accum=1, **kw))
+    assert seen == [(16, 4)] * 2
+    seen.clear()
+    pretrain(config(tmp_path / "run", max_steps=6, grad_accum=2, resume="latest", **kw))
+    # steps 3-4 are the warmup's second stage (8 rows of 8), steps 5-6 whole rows; two micro-batches a step
+    assert seen == [(8, 8)] * 4 + [(4, 16)] * 4
 
 
 def test_the_weight_decay_schedule_is_its_formula_and_constant_changes_nothing(tmp_path: Path) -> None:

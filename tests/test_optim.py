@@ -53,6 +53,23 @@ def test_tied_head_counts_as_embedding() -> None:
     assert split.head == []
 
 
+def test_heads_inside_wrappers_and_scalar_readouts_are_heads_not_hidden_matrices() -> None:
+    """PPO's policy-with-value and a reward model: the wrapped untied lm_head and the 1 x d value and score
+    heads are readouts (AdamW's head group), not hidden matrices for Muon to orthogonalise."""
+    from tinylm.models.reward_model import RewardModel
+    from tinylm.stages.rl.ppo import PolicyWithValue
+
+    split = split_params(PolicyWithValue(micro("classic")))
+    assert names(split.head) == {"policy.lm_head.weight", "value_head.weight"}
+    assert all(p.shape[0] > 1 for _, p in split.matrices) and not any("head" in n for n in names(split.matrices))
+    reward = split_params(RewardModel(micro("modern")))  # tied: the embedding trains, the score is the head
+    assert names(reward.head) == {"score.weight"} and names(reward.embeddings) == {"backbone.token_embed.weight"}
+    optimizer = build_optimizer(PolicyWithValue(micro("classic")), "muon", lr=1e-3, weight_decay=0.1,
+                                device=torch.device("cpu"))
+    muon = next(o for o in optimizer.optimizers if isinstance(o, Muon))
+    assert all(p.shape[0] > 1 for g in muon.param_groups for p in g["params"])
+
+
 @pytest.mark.parametrize("arch", ["modern", "classic"])
 def test_adamw_decays_only_matrices(arch: str) -> None:
     model = micro(arch)

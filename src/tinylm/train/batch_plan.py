@@ -5,8 +5,9 @@ large and consistent, so a smaller batch already points the right way and buys m
 (a **batch-size ramp**); and the first steps learn short-range statistics, which short rows teach as well
 as long ones at a smaller attention cost (a **sequence-length warmup**).
 
-Both work in two halving stages, so a run sees at most three shapes (a compiled block recompiles once
-per shape, not once per step). Over the first N steps of either, a step is shrunk by a divisor d:
+Both work in two halving stages, so each alone gives a run three shapes (a compiled block recompiles once
+per shape, not once per step; both together, of different lengths, give up to five). Over the first N
+steps of either, a step is shrunk by a divisor d:
 
     d = 4 for steps [0, N/2),  d = 2 for steps [N/2, N),  d = 1 after
 
@@ -24,6 +25,17 @@ import math
 from dataclasses import dataclass
 
 from tinylm.errors import TinyLMError
+
+
+def check_quarters(batch_size: int, seq_len: int | None, ramp_steps: int, seq_warmup_steps: int) -> None:
+    """Refuse a batch or a row length that a warmup asked for cannot quarter (a row length of None, the
+    model's context, is checked when the plan is made)."""
+    if ramp_steps and batch_size % 4:
+        raise TinyLMError(f"--batch-ramp-steps starts at a quarter of the batch: --batch-size {batch_size} "
+                          "must be a multiple of 4")
+    if seq_warmup_steps and seq_len is not None and seq_len % 4:
+        raise TinyLMError(f"--seq-len-warmup-steps starts with rows a quarter as long: the row length "
+                          f"{seq_len} must be a multiple of 4")
 
 
 def shrink(step: int, steps: int) -> int:
@@ -44,12 +56,7 @@ class BatchPlan:
     seq_warmup_steps: int = 0  # --seq-len-warmup-steps
 
     def __post_init__(self) -> None:
-        if self.ramp_steps and self.batch_size % 4:
-            raise TinyLMError(f"--batch-ramp-steps starts at a quarter of the batch: --batch-size {self.batch_size} "
-                              "must be a multiple of 4")
-        if self.seq_warmup_steps and self.seq_len % 4:
-            raise TinyLMError(f"--seq-len-warmup-steps starts with rows a quarter as long: the row length "
-                              f"{self.seq_len} must be a multiple of 4")
+        check_quarters(self.batch_size, self.seq_len, self.ramp_steps, self.seq_warmup_steps)
 
     @property
     def reshapes(self) -> bool:
@@ -80,6 +87,11 @@ class BatchPlan:
         """Training tokens of steps 0 .. step-1."""
         ramp = min(step, self.ramp_steps)
         return sum(self.step_tokens(s) for s in range(ramp)) + (step - ramp) * self.full_tokens
+
+    def tokens_ratio(self, step: int, other: int) -> float:
+        """Step `step`'s tokens over step `other`'s (negative steps count as step 0): to first order, how much
+        longer one step takes than the other (2 where a ramp doubles the batch; 1 through a sequence warmup)."""
+        return self.step_tokens(max(step, 0)) / self.step_tokens(max(other, 0))
 
     def steps_for(self, tokens: int) -> int:
         """The fewest steps whose tokens reach `tokens` (a --max-tokens budget)."""

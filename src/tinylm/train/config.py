@@ -29,6 +29,7 @@ from tinylm.options import (
     check_options,
 )
 from tinylm.presets import PRESETS, preset_config
+from tinylm.train.batch_plan import check_quarters
 from tinylm.train.optim import OPTIMIZERS
 from tinylm.train.schedule import SCHEDULES, WEIGHT_DECAY_SCHEDULES
 
@@ -166,6 +167,8 @@ class TrainConfig:
         """Each option's own range and choices, then what no single option can say."""
         check_sampling_options(self.temperature, self.top_k)  # the end-of-run sample: refuse now, not after training
         check_options(self)
+        # before a run folder exists
+        check_quarters(self.batch_size, self.seq_len, self.batch_ramp_steps, self.seq_len_warmup_steps)
 
     def model_config(self) -> ModelConfig:
         """The preset for this arch with the overrides applied (validated)."""

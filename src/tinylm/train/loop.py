@@ -218,7 +218,6 @@ class _Run:
         if point.resume is not None and self.state is not None:
             self.step, self.tokens = self.checkpoints.restore(self.state, point.resume)
         self.peak = peak_flops(self.device, self.choices.dtype)
-        self.flops_per_token = self.raw.flops_per_token(self.seq_len)
 
     # ---- the loop ----------------------------------------------------------------------------------
     def _loop(self, stop: StopSignal, logger: MetricsLogger) -> TrainSummary:
@@ -243,7 +242,7 @@ class _Run:
             # with the last step's flags (the last step predicts how long this one takes)
             apply_schedules(self.optimizer, self.schedule, cfg.weight_decay_schedule, self.step, clock.planned_end())
             try:
-                batches = [stage.next_batch() for _ in range(cfg.grad_accum)]
+                batches = stage.draw_step(self.step, cfg.grad_accum)
             except StepInterrupted:  # Ctrl-C while the step waited on work it can drop (an RL reward)
                 stopped = "interrupted"
                 break
@@ -262,8 +261,8 @@ class _Run:
             # stop when the next step would end past the budget: this step's rest and one more, as long as the last
             reading = time.perf_counter() if cfg.time_budget is not None else t0  # no extra reading unasked
             now = clock.at(reading)
-            over_time = cfg.time_budget is not None and env.is_main and now + last_tail + last_step_time > \
-                cfg.time_budget
+            next_step = last_step_time * self.plan.tokens_ratio(self.step + 1, self.step - 1)  # a ramp doubles it
+            over_time = cfg.time_budget is not None and env.is_main and now + last_tail + next_step > cfg.time_budget
             names = sorted(metric_sums)
             ws = float(env.world_size)
             forwarded = forwarded_tokens(stage, batches, planned=self.plan.micro_batch_tokens(self.step))
@@ -302,7 +301,8 @@ class _Run:
                        else budget_reached(cfg, self.step, self.tokens))
             if self.step % cfg.log_every == 0 or stopped is not None or self.step == start_step + 1:
                 tokens_per_s = window_tokens / max(window_time, 1e-9)
-                mfu = model_flops_utilization(self.flops_per_token, tokens_per_s, self.peak, env.world_size)
+                flops = self.raw.flops_per_token(self.plan.shape(self.step - 1)[1])  # the rows just trained on
+                mfu = model_flops_utilization(flops, tokens_per_s, self.peak, env.world_size)
                 logger.log({"step": self.step, "loss": loss_value, "lr": lr, "tokens": self.tokens, "mfu": mfu,
                             "tokens_per_s": tokens_per_s, "grad_norm": norm_value, "elapsed_s": clock.at(step_end),
                             "train_s": clock.training, **dict(zip(names, metric_values))})

@@ -35,10 +35,16 @@ class ParamSplit:
 
 
 def split_params(model: nn.Module) -> ParamSplit:
-    """Sort parameters by role, using module types rather than names so any model layout works."""
-    head_module = getattr(model, "lm_head", None)
+    """Sort parameters by role, using module types rather than names so any model layout works.
+
+    The head is every readout, not a hidden matrix: an `lm_head` at any depth (a policy wrapped with a value
+    head, a reward model's backbone) and any matrix with a single output row (a value or reward score head),
+    which Muon would only normalise to a fixed-size step whatever its gradient.
+    """
     embedding_ids = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters(recurse=False)}
-    head_ids = set() if head_module is None else {id(p) for p in head_module.parameters(recurse=False)}
+    head_ids = {id(p) for name, m in model.named_modules() if name.rsplit(".", 1)[-1] == "lm_head"
+                for p in m.parameters(recurse=False)}
+    head_ids |= {id(p) for p in model.parameters() if p.ndim == 2 and p.shape[0] == 1}
     split = ParamSplit([], [], [], [])
     for name, p in model.named_parameters():  # named_parameters() yields a tied parameter once
         if not p.requires_grad:

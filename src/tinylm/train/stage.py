@@ -97,6 +97,7 @@ class Stage(Generic[ConfigT]):
     # True when next_batch draws each step's rows by the run's batch plan (train/batch_plan.py: a batch-size
     # ramp, a sequence-length warmup); only such a stage may be given one
     follows_batch_plan: bool = False
+    step: int = 0  # the optimizer step the micro-batches being drawn belong to (set by draw_step)
 
     def configure(self, start: StageStart[ConfigT]) -> ModelConfig:
         """The config of the model this stage trains, before its data: the run's choices are measured on it.
@@ -132,6 +133,12 @@ class Stage(Generic[ConfigT]):
     def build_model(self) -> nn.Module:
         """The model to train, on the CPU, initialised or loaded (resume included)."""
         raise NotImplementedError
+
+    def draw_step(self, step: int, micro_batches: int) -> list[Batch]:
+        """The micro-batches of optimizer step `step` (0-based, counted across resumes): `self.step` says which
+        step `next_batch` draws for, to a stage whose batches change shape with it (pretraining's batch plan)."""
+        self.step = step
+        return [self.next_batch() for _ in range(micro_batches)]
 
     def next_batch(self) -> Batch:
         raise NotImplementedError

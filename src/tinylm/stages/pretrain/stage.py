@@ -99,8 +99,9 @@ class PretrainStage(Stage[TrainConfig]):
 
     # ---- batches and loss ----------------------------------------------------------------------
     def next_batch(self) -> Batch:
-        # the loader counts micro-batches: grad_accum of them make the optimizer step whose shape the plan gives
-        return self.loader.next_batch(*self.plan.shape(self.loader.step // self.ctx.cfg.grad_accum))
+        # the shape of the optimizer step being drawn, by the loop's step: not the loader's micro-batches, which
+        # a resume with another --grad-accum would divide differently
+        return self.loader.next_batch(*self.plan.shape(self.step))
 
     def batch_weight(self, batch: Batch) -> int:
         return batch[1].numel()
