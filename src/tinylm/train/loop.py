@@ -205,7 +205,7 @@ class _Run:
         shape = RunShape(self.mcfg, cfg.batch_size, self.seq_len, self.device, time_budget_s=cfg.time_budget,
                          planned_passes=max(0, planned_steps(cfg, self.plan) - done) * cfg.grad_accum)
         self.choices = decide_run_choices(cfg.dtype, cfg.attention, cfg.compile, shape, saved=self.state)
-        stage.enter(StageContext.final(start, self.choices))
+        stage.enter(StageContext.final(start, self.choices, self.plan))
         reset_metrics_log(self.run_dir, env, self.state)
 
         self.raw, self.train_model = build_training_model(stage, cfg, env, self.device, self.mcfg, self.choices)

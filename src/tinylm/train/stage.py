@@ -39,6 +39,7 @@ from tinylm.checkpoint import read_checkpoint_config
 from tinylm.config import ModelConfig
 from tinylm.runtime.distributed import DistEnv
 from tinylm.runtime.run_choices import RunChoices
+from tinylm.train.batch_plan import BatchPlan
 from tinylm.train.config import TrainConfig
 
 Batch = Any  # whatever the stage's loader yields; only the stage looks inside
@@ -64,11 +65,12 @@ class StageContext(StageStart[ConfigT]):
 
     dtype: torch.dtype  # the autocast dtype (`choices.dtype` in a run)
     choices: RunChoices | None = None  # every choice with its reason; None where no engine made them (tests)
+    plan: BatchPlan | None = None  # the run's step shapes, the one the loop counts tokens by (None in tests)
 
     @classmethod
-    def final(cls, start: StageStart[ConfigT], choices: RunChoices) -> StageContext[ConfigT]:
+    def final(cls, start: StageStart[ConfigT], choices: RunChoices, plan: BatchPlan) -> StageContext[ConfigT]:
         fields = {f.name: getattr(start, f.name) for f in dataclasses.fields(StageStart)}
-        return cls(**fields, dtype=choices.dtype, choices=choices)
+        return cls(**fields, dtype=choices.dtype, choices=choices, plan=plan)
 
 
 @dataclass

@@ -27,7 +27,6 @@ from tinylm.stages.pretrain.sample import sample_text
 from tinylm.tokenizer import load_tokenizer
 from tinylm.train.config import TrainConfig
 from tinylm.train.loop import TrainSummary, run_training
-from tinylm.train.run_setup import batch_plan
 from tinylm.train.stage import Batch, Stage, StageContext, StageLoss, StageStart, lineage
 
 
@@ -65,7 +64,8 @@ class PretrainStage(Stage[TrainConfig]):
         env = ctx.env
         self.loader = BatchLoader(self.data_dir / "train.bin", cfg.batch_size, self.seq_len, seed=cfg.seed,
                                   rank=env.rank, world_size=env.world_size, device=str(ctx.device))
-        self.plan = batch_plan(cfg, self.seq_len, env.world_size)  # the loop counts tokens by the same plan
+        assert ctx.plan is not None  # the engine's plan, built once: it counts tokens by it, this stage draws by it
+        self.plan = ctx.plan
         # eval_batches global batches (eval_batch_size, else batch_size, x world_size rows each): the same dev
         # rows whatever the number of processes; each rank takes every world_size-th micro-batch, an equal share
         dev = list(iter_sequential(self.data_dir / "dev.bin", cfg.eval_batch_size or cfg.batch_size, self.seq_len,
