@@ -25,11 +25,12 @@ def root() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def base_run() -> Path:
-    """A micro model pretrained for 4 steps; a 128-token window holds the multiple-choice files' rows."""
+    """A micro model pretrained for 4 steps; a 128-token window holds the multiple-choice files' rows. By AdamW,
+    as test_sft.base_run, for the same reason: the evaluation tests' expectations were set on this base."""
     from tinylm.stages.pretrain import pretrain
 
-    pretrain(pretrain_config(root() / "base", max_steps=4, eval_batches=4,
-                                 overrides={**MICRO, "context_length": 128}))
+    pretrain(pretrain_config(root() / "base", max_steps=4, eval_batches=4, optimizer="adamw",
+                             seq_len_warmup_steps=0, overrides={**MICRO, "context_length": 128}))
     return root() / "base"
 
 

@@ -108,13 +108,14 @@ def test_a_batch_ramp_counts_its_short_steps_and_plans_a_token_budget(tmp_path: 
     seen = _record_shapes(monkeypatch)
     # 64 tokens a full step; the ramp's 4 steps carry 16+16+32+32 = 96, so a budget of 96 + 7 x 64 takes 11 steps
     out = tmp_path / "ramp"
-    summary = pretrain(config(out, max_steps=1000, max_tokens=544, batch_ramp_steps=4, schedule="linear"))
+    summary = pretrain(config(out, max_steps=1000, max_tokens=544, batch_ramp_steps=4, schedule="linear",
+                              seq_len_warmup_steps=0))
     assert summary.steps == 11 and summary.tokens == 544 and summary.stopped == "max_tokens"
     assert seen == [(1, 16)] * 2 + [(2, 16)] * 2 + [(4, 16)] * 7
     logged = [r for r in rows(out) if "loss" in r]
     assert [r["tokens"] for r in logged] == [16, 32, 64, 96] + [96 + 64 * k for k in range(1, 8)]
     # the schedule was planned over the 11 steps the budget takes, so its last update lands on the final lr
-    assert logged[-1]["lr"] == pytest.approx(3e-3 * 0.1)
+    assert logged[-1]["lr"] == pytest.approx(0.02 * 0.1)  # the first group's: Muon's
 
 
 def test_a_time_budget_foresees_the_ramp_doubling_the_next_step(tmp_path: Path,
@@ -194,7 +195,7 @@ def test_post_training_stages_do_not_take_pretraining_options() -> None:
         for flag in ("--batch-ramp-steps", "--seq-len-warmup-steps", "--z-loss", "--target-dev-bpb"):
             assert flag not in text, (command, flag)
         assert "--weight-decay-schedule" in text  # the engine's own option: every stage has it
-    assert TrainConfig().batch_ramp_steps == 0 and TrainConfig().seq_len_warmup_steps == 0
+    assert TrainConfig().batch_ramp_steps == 0 and TrainConfig().seq_len_warmup_steps is None  # unset: the default
 
 
 def test_a_stage_that_draws_its_own_batches_refuses_a_plan(tmp_path: Path) -> None:

@@ -51,8 +51,8 @@ def torchrun(*args: str, nproc: int = 2, nodes: int = 1, timeout: int = 180) -> 
     return subprocess.CompletedProcess(procs[0].args, max(p.returncode for p in procs), *outputs[0])
 
 
-def single_reference(out: Path) -> list[float]:
-    pretrain(config(out, batch_size=4, max_steps=STEPS, eval_every=3))
+def single_reference(out: Path, optimizer: str = "muon") -> list[float]:
+    pretrain(config(out, batch_size=4, max_steps=STEPS, eval_every=3, optimizer=optimizer))
     return losses(out)
 
 
@@ -60,17 +60,20 @@ def dev_losses(run: Path) -> list[float]:
     return [r["dev_loss"] for r in rows(run) if "dev_loss" in r]
 
 
-# one machine with two processes, and two "machines" (torchrun nodes on loopback) with one each
-TOPOLOGIES = [pytest.param("ddp", 1, id="ddp-1node"), pytest.param("ddp", 2, id="ddp-2nodes"),
-              pytest.param("fsdp", 1, id="fsdp-1node"),
-              pytest.param("fsdp", 2, id="fsdp-2nodes", marks=pytest.mark.slow)]
+# one machine with two processes, and two "machines" (torchrun nodes on loopback) with one each; the default
+# optimizer (Muon beside AdamW: under FSDP each rank orthogonalises the gathered matrix) and AdamW alone
+TOPOLOGIES = [pytest.param("ddp", 1, "muon", id="ddp-1node"), pytest.param("ddp", 2, "muon", id="ddp-2nodes"),
+              pytest.param("fsdp", 1, "muon", id="fsdp-1node"), pytest.param("fsdp", 1, "adamw", id="fsdp-adamw"),
+              pytest.param("fsdp", 2, "muon", id="fsdp-2nodes", marks=pytest.mark.slow)]
 
 
-@pytest.mark.parametrize(("mode", "nodes"), TOPOLOGIES)
-def test_two_processes_equal_one_with_the_same_global_batch(tmp_path: Path, mode: str, nodes: int) -> None:
-    reference = single_reference(tmp_path / "single")
+@pytest.mark.parametrize(("mode", "nodes", "optimizer"), TOPOLOGIES)
+def test_two_processes_equal_one_with_the_same_global_batch(tmp_path: Path, mode: str, nodes: int,
+                                                             optimizer: str) -> None:
+    reference = single_reference(tmp_path / "single", optimizer)
     extra = ["--fsdp"] if mode == "fsdp" else []
-    args = cli_args(tmp_path / mode, "--batch-size", "2", "--max-steps", str(STEPS), "--eval-every", "3", *extra)
+    args = cli_args(tmp_path / mode, "--batch-size", "2", "--max-steps", str(STEPS), "--eval-every", "3",
+                    "--optimizer", optimizer, *extra)
     args[args.index("--threads") + 1] = "1"
     result = torchrun(*args, nodes=nodes)
     assert result.returncode == 0, result.stderr[-3000:]

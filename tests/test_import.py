@@ -185,8 +185,8 @@ def test_imported_checkpoint_trains_with_resume(tmp_path: Path, lr: float) -> No
     imported = resolve_checkpoint(tmp_path / "imported")
     out = tmp_path / "tuned"
     argv = ["train", "--data", str(data_dir()), "--out", str(out), "--resume", str(imported), "--max-steps", "2",
-            "--batch-size", "2", "--seq-len", "16", "--lr", str(lr), "--warmup-steps", "0", "--eval-every", "0",
-            "--sample-tokens", "0", "--no-progress", "--threads", "1"]
+            "--batch-size", "2", "--seq-len", "16", "--optimizer", "adamw", "--lr", str(lr), "--warmup-steps", "0",
+            "--eval-every", "0", "--sample-tokens", "0", "--no-progress", "--threads", "1"]
     assert main(argv) == 0
     tuned = resolve_checkpoint(out)
     assert checkpoint_model_config(tuned) == checkpoint_model_config(imported)

@@ -55,7 +55,9 @@ def test_recipes_join_named_changes_and_fields_and_the_later_change_wins() -> No
                                                       "overrides": {"n_blocks": 1, "qk_norm": True}}
     assert parse_recipe("default").changes == {}
     assert parse_recipe("record").changes == parse_recipe(RECORD).changes
-    assert parse_recipe("nanogpt").changes == {"arch": "classic"}
+    old_default = {"optimizer": "adamw", "lr": 3e-3, "muon_momentum": 0.95, "seq_len_warmup_steps": 0}
+    assert parse_recipe("adamw-default").changes == old_default
+    assert parse_recipe("nanogpt").changes == {**old_default, "arch": "classic"}
     for name in CHANGES:  # every named change is a valid TrainConfig change
         config(None, **parse_recipe(name).config_changes(dict(MICRO))).model_config()
 
@@ -74,11 +76,12 @@ def test_a_bad_recipe_is_one_line_naming_the_part(spec: str, says: str) -> None:
 
 
 def test_every_run_gets_the_reference_tokens_and_evaluates_at_the_same_tokens() -> None:
-    opts = SpeedrunOptions(recipes=["muon", "half-batch", "double-batch"], steps=30, eval_every=4,
+    # against the default itself, so that each recipe differs from the reference by exactly its own changes
+    opts = SpeedrunOptions(recipes=["wsd", "half-batch", "double-batch"], against="default", steps=30, eval_every=4,
                            train={"data": str(data_dir()), "overrides": dict(MICRO)})
     entries, budget = plan_entries(opts)
     assert budget == 30 * 16 * 32
-    assert [e.name for e in entries] == ["reference: default", "muon", "half-batch", "double-batch"]
+    assert [e.name for e in entries] == ["reference: default", "wsd", "half-batch", "double-batch"]
     ref = entries[0].config
     for entry in entries:
         cfg = entry.config
@@ -87,7 +90,7 @@ def test_every_run_gets_the_reference_tokens_and_evaluates_at_the_same_tokens() 
         assert cfg.eval_batch_size == 16  # the reference's dev rows, in its batches, for every run
         changed = {k for k, v in cfg.to_dict().items() if v != ref.to_dict()[k]} - {"eval_every", "log_every"}
         assert changed == set(entry.recipe.changes) - {"overrides"}
-    assert [e.name for e in run_order(entries, 1)] == ["double-batch", "half-batch", "muon", "reference: default"]
+    assert [e.name for e in run_order(entries, 1)] == ["double-batch", "half-batch", "wsd", "reference: default"]
     with pytest.raises(TinyLMError, match="rows of 16 tokens and the reference on 32"):
         plan_entries(SpeedrunOptions(recipes=["seq_len=16"], train={"data": str(data_dir()), "overrides": dict(MICRO)}))
     with pytest.raises(TinyLMError, match="listed twice"):
@@ -140,15 +143,15 @@ def test_speedrun_end_to_end_alternates_pins_the_choices_and_reports_the_median_
                  *[f"--set={k}={v}" for k, v in MICRO.items()]])
     assert code == 0
     table = capsys.readouterr().out
-    assert "| `default` (reference) |" in table and "| `half-batch` |" in table
+    assert "| `adamw-default` (reference) |" in table and "| `half-batch` |" in table
     result = json.loads((out / "speedrun.json").read_text())
     assert (out / "speedrun.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "speedrun.md").read_text() == table.rstrip("\n") + "\n"
     runs = result["runs"]
     # seed 1: reference first; seed 2: reversed
     assert [(r["recipe"], r["seed"]) for r in runs] == [
-        ("reference: default", 1), ("muon", 1), ("half-batch", 1),
-        ("half-batch", 2), ("muon", 2), ("reference: default", 2)]
+        ("reference: adamw-default", 1), ("muon", 1), ("half-batch", 1),
+        ("half-batch", 2), ("muon", 2), ("reference: adamw-default", 2)]
     assert len({json.dumps(r["choices"], sort_keys=True) for r in runs}) == 1  # one dtype, kernel, compile for all
     assert {r["summary"]["tokens"] for r in runs} == {8 * 16 * 32}
     assert [r["summary"]["steps"] for r in runs] == [8, 8, 16, 16, 8, 8]
@@ -163,7 +166,7 @@ def test_speedrun_end_to_end_alternates_pins_the_choices_and_reports_the_median_
         else:
             assert min(p["dev_bpb"] for p in run["curve"]) > target
     rows_by = {row["recipe"]: row for row in result["rows"]}
-    assert rows_by["reference: default"]["ratios"] == [1.0, 1.0]
+    assert rows_by["reference: adamw-default"]["ratios"] == [1.0, 1.0]
     muon = [r["ratio"] if r["ratio"] is not None else math.inf for r in runs if r["recipe"] == "muon"]
     expected = statistics.median(muon)
     assert result["time_to_target_ratio"] == (None if math.isinf(expected) else expected)
@@ -195,7 +198,8 @@ def test_a_nanogpt_row_races_beside_a_modern_reference_whose_kernel_is_pinned(
                  *[f"--set={k}={v}" for k, v in MICRO_CLASSIC.items()]]) == 0
     runs = json.loads((out / "speedrun.json").read_text())["runs"]
     assert [(r["recipe"], r["seed"]) for r in runs] == [
-        ("reference: default", 1), ("nanogpt", 1), ("muon", 1), ("muon", 2), ("nanogpt", 2), ("reference: default", 2)]
+        ("reference: adamw-default", 1), ("nanogpt", 1), ("muon", 1), ("muon", 2), ("nanogpt", 2),
+        ("reference: adamw-default", 2)]
     for run in runs[1:]:  # the first run chose for itself; every later modern run took its (patched) choice
         recorded = json.loads((Path(run["summary"]["checkpoint"]) / "config.json").read_text())
         attention = recorded["run_choices"]["attention"]

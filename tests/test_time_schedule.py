@@ -47,7 +47,7 @@ def test_a_budgeted_run_on_a_slow_machine_decays_before_the_clock_stops_it(tmp_p
     slow = hooked_build_model(training_calls(1, lambda o, n: time.sleep(0.05)))
     monkeypatch.setattr(pretrain_stage, "build_model", slow)
     summary = pretrain(config(tmp_path, max_steps=10_000, time_budget=0.8, schedule="wsd", warmup_steps=0,
-                              decay_fraction=0.5, min_lr_ratio=0.0, lr=1e-3))
+                              decay_fraction=0.5, min_lr_ratio=0.0, lr=1e-3, optimizer="adamw"))
     assert summary.stopped == "time_budget" and summary.steps < 100
     lrs = [r["lr"] for r in rows(tmp_path) if "loss" in r]
     assert lrs[0] == pytest.approx(1e-3)

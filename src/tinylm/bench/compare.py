@@ -29,7 +29,7 @@ from tinylm.metrics import read_metrics
 from tinylm.models.factory import build_model
 from tinylm.presets import preset_config
 from tinylm.stages.pretrain import PretrainStage
-from tinylm.train.config import TrainConfig
+from tinylm.train.config import DEFAULT_LR, TrainConfig
 from tinylm.train.loop import run_training
 
 MAX_STEPS_FOR_TIME_BUDGET = 10**9  # the time budget, not the step count, ends these runs
@@ -152,13 +152,18 @@ def _cell(stat: dict[str, float | None], fmt: str) -> str:
     return f"{stat['mean']:{fmt}} ± {stat['std']:{fmt}}"
 
 
+def _lr(train: dict[str, Any]) -> str:
+    """--lr as given, or the default for the run's optimizer."""
+    return f"{train['lr'] if train['lr'] is not None else DEFAULT_LR[train['optimizer']]:g}"
+
+
 def format_markdown(result: dict[str, Any]) -> str:
     t = result["train"]
     lines = [
         f"# tinylm compare: {result['preset']} preset, {result['budget']}",
         "",
         f"Same data and batch for every candidate (batch {t['batch_size']} x seq {t['seq_len'] or 'context'}, "
-        f"lr {t['lr']}, {t['optimizer']}, dtype {t['dtype']}); seeds {', '.join(map(str, result['seeds']))}; "
+        f"{t['optimizer']}, lr {_lr(t)}, dtype {t['dtype']}); seeds {', '.join(map(str, result['seeds']))}; "
         "values are mean ± standard deviation over the seeds.",
         "",
         "| candidate | params | active params | tokens/s | dev loss | dev bpb | steps | what it is |",

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tinylm.bench.recipes import Recipe, parse_recipe
+from tinylm.bench.recipes import REFERENCE, Recipe, parse_recipe
 from tinylm.bench.result_files import check_writable, mean_std, write_result_files
 from tinylm.bench.speedrun_report import format_markdown, plot_curves
 from tinylm.bench.time_to_target import finite_or_none, median_ratio, ratio, reach
@@ -45,7 +45,7 @@ DTYPE_FLAG = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 class SpeedrunOptions:
     preset: str = "tiny"
     recipes: list[str] = field(default_factory=lambda: ["record"])
-    against: str = "default"
+    against: str = REFERENCE
     target_bpb: float | None = None  # None: where the reference ends its budget, seed by seed
     stop_at_target: bool = False  # every run ends at its first evaluation at or below target_bpb (screening)
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])

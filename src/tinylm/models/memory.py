@@ -1,7 +1,8 @@
 """A training-memory estimate: what must fit on the device before the first step can run.
 
-weights + gradients (4 bytes each per parameter in fp32) + AdamW state (two fp32 moments: 8 bytes)
-+ activations kept for the backward pass. The activation term counts, per token and block, the
+weights + gradients (4 bytes each per parameter in fp32) + AdamW state (two fp32 moments: 8 bytes; the
+default Muon keeps one on the hidden matrices, so for it this is an upper bound) + activations kept
+for the backward pass. The activation term counts, per token and block, the
 tensors autograd saves (norm inputs, q/k/v, attention output, MLP intermediates, residuals; the
 hand-written classic attention also keeps its T x T score and probability matrices), plus the
 logits and their gradient at the output. It is an estimate (allocator slack, temporary buffers and

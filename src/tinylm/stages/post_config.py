@@ -50,7 +50,11 @@ class PostTrainConfig(TrainConfig):
                                group=LORA)("q,k,v,o,gate,up,down")
     rslora: bool = Option("scale alpha / sqrt(R) (rank-stabilised LoRA)", group=LORA)(False)
     max_steps: int = 300
-    lr: float = 1e-3
+    # fine-tuning keeps AdamW: the record that made Muon pretraining's default (docs/speedrun.md) raced pretraining
+    optimizer: str = "adamw"
+    lr: float | None = 1e-3
+    muon_momentum: float = 0.95
+    seq_len_warmup_steps: int = 0  # pretraining's; a stage from --base draws its own rows
     weight_decay: float = 0.0
     warmup_steps: int = 10
     eval_every: int = 100

@@ -32,10 +32,10 @@ def check_quarters(batch_size: int, seq_len: int | None, ramp_steps: int, seq_wa
     model's context, is checked when the plan is made)."""
     if ramp_steps and batch_size % 4:
         raise TinyLMError(f"--batch-ramp-steps starts at a quarter of the batch: --batch-size {batch_size} "
-                          "must be a multiple of 4")
+                          "must be a multiple of 4 (or --batch-ramp-steps 0)")
     if seq_warmup_steps and seq_len is not None and seq_len % 4:
         raise TinyLMError(f"--seq-len-warmup-steps starts with rows a quarter as long: the row length "
-                          f"{seq_len} must be a multiple of 4")
+                          f"{seq_len} must be a multiple of 4 (or --seq-len-warmup-steps 0)")
 
 
 def shrink(step: int, steps: int) -> int:
@@ -53,7 +53,8 @@ class BatchPlan:
     seq_len: int
     per_step: int = 1
     ramp_steps: int = 0  # --batch-ramp-steps
-    seq_warmup_steps: int = 0  # --seq-len-warmup-steps
+    seq_warmup_steps: int = 0  # --seq-len-warmup-steps (unset: see run_setup.default_seq_warmup)
+    note: str = ""  # a header line on how the warmup was chosen, where that is not the option as given
 
     def __post_init__(self) -> None:
         check_quarters(self.batch_size, self.seq_len, self.ramp_steps, self.seq_warmup_steps)
@@ -114,6 +115,8 @@ class BatchPlan:
         if self.seq_warmup_steps:
             lines.append(f"sequence warmup: {_stages(self.seq_len, self.seq_warmup_steps, 'tokens per row')} (as many "
                          "tokens per step: more, shorter rows)")
+        if self.note:
+            lines.append(self.note)
         return lines
 
 

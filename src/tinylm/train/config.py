@@ -33,6 +33,12 @@ from tinylm.train.batch_plan import check_quarters
 from tinylm.train.optim import OPTIMIZERS
 from tinylm.train.schedule import SCHEDULES, WEIGHT_DECAY_SCHEDULES
 
+# --lr steers every parameter under AdamW but only the embeddings, head and norms beside Muon, which the record
+# table (docs/speedrun.md) measured best ~20x higher; so its default follows --optimizer
+DEFAULT_LR: dict[str, float] = {"adamw": 3e-3, "muon": 0.06}
+# the record's sequence-length warmup: 150 steps of a 600-step run; unset, it is at most a quarter of the schedule
+DEFAULT_SEQ_WARMUP_STEPS = 150
+
 # Measured on 2 CPU cores (torch 2.13): tiny modern trains at ~14.7k tokens/s at batch 16 x 256 (0.28 s
 # per step), so 600 steps (2.5M tokens, ~0.7 epoch of pystdlib) take ~2.8 minutes; data preparation
 # (~4 s), startup, evals and the sample bring `make demo` to ~3 minutes, with headroom for slower CPUs.
@@ -90,10 +96,11 @@ class TrainConfig:
     batch_ramp_steps: int = Option("pretraining: a batch-size ramp, a quarter of --batch-size for the first half of "
                                    "N steps and half for the second, then all of it (a token budget then takes "
                                    "more steps); 0 = off", low=0, metavar="N", group=BUDGET)(0)
-    seq_len_warmup_steps: int = Option("pretraining: a sequence-length warmup, rows a quarter as long (and 4x as "
-                                       "many) for the first half of N steps and half as long for the second; the "
-                                       "tokens per step stay the same; 0 = off", low=0, metavar="N",
-                                       group=BUDGET)(0)
+    seq_len_warmup_steps: int | None = Option(
+        "pretraining: a sequence-length warmup, rows a quarter as long (and 4x as many) for the first half of N "
+        "steps and half as long for the second; the tokens per step stay the same; 0 = off (default: "
+        f"{DEFAULT_SEQ_WARMUP_STEPS}, at most a quarter of the lr schedule, none where rows cannot be quartered)",
+        low=0, metavar="N", group=BUDGET)(None)
     # budgets (the first one reached stops the run)
     max_steps: int = Option("total optimizer steps, counted across resumes", low=1, group=BUDGET)(DEMO_STEPS)
     max_tokens: int | None = Option("stop after this many training tokens", low=1, group=BUDGET)(None)
@@ -105,9 +112,11 @@ class TrainConfig:
                                           "(pretraining; a resumed run checks at its next evaluation)", low=0,
                                           low_open=True, metavar="X", group=BUDGET)(None)
     # optimizer and schedule
-    optimizer: str = Option("adamw, or muon for the matrices (AdamW for the rest)", choices=OPTIMIZERS,
-                            group=OPTIMIZER)("adamw")
-    lr: float = Option("AdamW learning rate", low=0, low_open=True, group=OPTIMIZER)(3e-3)
+    optimizer: str = Option("muon for the hidden matrices (AdamW for embeddings, head and norms), or adamw for all",
+                            choices=OPTIMIZERS, group=OPTIMIZER)("muon")
+    lr: float | None = Option("AdamW learning rate: of every parameter with --optimizer adamw, of the embeddings, "
+                              f"head and norms beside Muon (default: {DEFAULT_LR['adamw']:g} with adamw, "
+                              f"{DEFAULT_LR['muon']:g} with muon)", low=0, low_open=True, group=OPTIMIZER)(None)
     weight_decay: float = Option("decoupled weight decay of the matrices", low=0, group=OPTIMIZER)(0.1)
     weight_decay_schedule: str = Option("constant: the coefficient stays --weight-decay (each step still decays "
                                         "by lr x coefficient, so it follows the lr schedule); linear: the "
@@ -116,7 +125,7 @@ class TrainConfig:
     beta1: float = Option("AdamW beta1", low=0, high=1, high_open=True, group=OPTIMIZER)(0.9)
     beta2: float = Option("AdamW beta2", low=0, high=1, high_open=True, group=OPTIMIZER)(0.95)
     muon_lr: float = Option("Muon learning rate", low=0, low_open=True, group=OPTIMIZER)(0.02)
-    muon_momentum: float = Option("Muon momentum", low=0, high=1, group=OPTIMIZER)(0.95)
+    muon_momentum: float = Option("Muon momentum", low=0, high=1, group=OPTIMIZER)(0.9)
     grad_clip: float = Option("max gradient norm; 0 = off", low=0, group=OPTIMIZER)(1.0)
     z_loss: float = Option("pretraining: each token's loss gains Z * logsumexp(logits)^2 (PaLM's z-loss), which keeps "
                            "the softmax normaliser near 1; the logged loss includes it, dev loss and bits per byte "
@@ -168,7 +177,12 @@ class TrainConfig:
         check_sampling_options(self.temperature, self.top_k)  # the end-of-run sample: refuse now, not after training
         check_options(self)
         # before a run folder exists
-        check_quarters(self.batch_size, self.seq_len, self.batch_ramp_steps, self.seq_len_warmup_steps)
+        check_quarters(self.batch_size, self.seq_len, self.batch_ramp_steps, self.seq_len_warmup_steps or 0)
+
+    @property
+    def adamw_lr(self) -> float:
+        """--lr, or its default for this --optimizer."""
+        return self.lr if self.lr is not None else DEFAULT_LR[self.optimizer]
 
     def model_config(self) -> ModelConfig:
         """The preset for this arch with the overrides applied (validated)."""

@@ -129,8 +129,6 @@ class _Run:
             torch.set_num_threads(cfg.threads)
         configure_backends(device)
         requested = resolve_dtype(device, cfg.dtype)  # a bad --dtype fails here, before any folder is touched
-        if cfg.fsdp and cfg.optimizer == "muon":
-            raise TinyLMError("Muon needs whole matrices and --fsdp shards them; use --optimizer adamw with --fsdp")
         if cfg.fsdp and requested == torch.float16:
             raise TinyLMError("--dtype fp16 needs a sharded loss scaler that --fsdp does not set up; use --dtype bf16")
         if cfg.fsdp and not env.enabled:

@@ -13,6 +13,11 @@ G / ||G||_F so that every singular value is <= 1.
 
 Muon is only for hidden 2-D (or batched 2-D) matrices; embeddings, the output head and 1-D
 parameters (norm gains, biases) go to AdamW (see `optim.py`).
+
+Under FSDP2 each rank holds a block of every matrix's rows, and U V^T of a matrix is not its blocks'
+own: each rank gathers the whole momentum direction, orthogonalises it (every rank gets the same
+result) and keeps its own rows. That repeats the Newton-Schulz work on every rank, which is simple
+and exact; a large run would hand each rank a share of the matrices instead.
 """
 
 from __future__ import annotations
@@ -43,6 +48,14 @@ def newton_schulz(g: torch.Tensor, steps: int = 5, eps: float = 1e-7, dtype: tor
     return x.to(g.dtype)
 
 
+def _is_dtensor(tensor: torch.Tensor) -> bool:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # a build without torch.distributed
+        return False
+    return isinstance(tensor, DTensor)
+
+
 class Muon(torch.optim.Optimizer):
     """Nesterov momentum, orthogonalized per matrix, scaled by sqrt(max(1, rows / cols)).
 
@@ -70,6 +83,17 @@ class Muon(torch.optim.Optimizer):
                 if p.ndim < 2:
                     raise ValueError(f"Muon only takes matrices; got a parameter of shape {tuple(p.shape)}")
 
+    def _orthogonalise(self, direction: torch.Tensor, steps: int) -> torch.Tensor:
+        """U V^T of the whole matrix; a sharded one (an FSDP2 DTensor) is gathered and this rank's rows kept."""
+        if not _is_dtensor(direction):
+            return newton_schulz(direction, steps, dtype=self.ns_dtype)
+        from torch.distributed.tensor import distribute_tensor
+
+        whole = newton_schulz(direction.full_tensor(), steps, dtype=self.ns_dtype)  # type: ignore[attr-defined]
+        # the same `whole` on every rank, so each takes its shard locally (src_data_rank=None: no scatter)
+        return distribute_tensor(whole, direction.device_mesh, direction.placements,  # type: ignore[attr-defined]
+                                 src_data_rank=None)
+
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
         loss = None
@@ -87,7 +111,7 @@ class Muon(torch.optim.Optimizer):
                 buf = state["momentum_buffer"]
                 buf.lerp_(p.grad, 1 - beta)
                 direction = p.grad.lerp(buf, beta) if group["nesterov"] else buf
-                update = newton_schulz(direction, group["ns_steps"], dtype=self.ns_dtype)
+                update = self._orthogonalise(direction, group["ns_steps"])
                 scale = max(1.0, p.size(-2) / p.size(-1)) ** 0.5
                 if group["weight_decay"]:
                     p.mul_(1 - group["lr"] * group["weight_decay"])

@@ -160,3 +160,21 @@ def build_optimizer(
                        lr, betas, eps, device)
         return OptimizerList([muon, adamw])
     raise TinyLMError(f"unknown optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}")
+
+
+def describe_optimizer(optimizer: AnyOptimizer) -> str:
+    """The header line: which optimizer steps which parameters at what base lr; the logged lr is the first's."""
+    parts = []
+    for member in members(optimizer):
+        groups = [g for g in member.param_groups if g["params"]]
+        count = sum(p.numel() for g in groups for p in g["params"])
+        lrs = "/".join(f"{lr:g}" for lr in dict.fromkeys(g["initial_lr"] for g in groups))
+        if isinstance(member, Muon):
+            parts.append(f"Muon (lr {lrs}, momentum {groups[0]['momentum']:g}) on {count:,} hidden-matrix parameters")
+        else:
+            betas = "/".join(f"{b:g}" for b in member.defaults["betas"])
+            parts.append(f"{type(member).__name__} (lr {lrs}, betas {betas}) on {count:,}"
+                         f"{' other' if parts else ''} parameters")
+    decay = max(g["initial_weight_decay"] for g in optimizer.param_groups)
+    first = "Muon's" if isinstance(members(optimizer)[0], Muon) else "AdamW's"
+    return f"optimizer: {', '.join(parts)}; weight decay {decay:g} on matrices; the logged lr is {first}"

@@ -20,12 +20,17 @@ PER_INVOCATION: frozenset[str] = frozenset({"resume", "out", "device", "threads"
                                               "dist_timeout", "rollout_url", "rollout_timeout"})
 
 
+# options a run folder may predate, with the value its run had before they existed (not today's default)
+BEFORE_THEY_EXISTED: dict[str, Any] = {"seq_len_warmup_steps": 0}
+
+
 def options_for_resume(values: dict[str, Any], explicit: set[str],
                        checkpoint: Path) -> tuple[dict[str, Any], list[str]]:
     """(`values` with every option not in `explicit` taken from the checkpoint's run, the names taken)."""
     saved = read_checkpoint_config(checkpoint).get("train")
     if not isinstance(saved, dict):
         return dict(values), []  # a weights-only checkpoint (e.g. `tinylm import`) has no run options
+    saved = {**BEFORE_THEY_EXISTED, **saved}
     merged = dict(values)
     taken = []
     alone = not launched_by_torchrun()

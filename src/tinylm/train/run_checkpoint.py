@@ -24,7 +24,7 @@ from tinylm.runtime.distributed import DistEnv, all_gather_objects, barrier
 from tinylm.runtime.rng import capture_rng, restore_rng
 from tinylm.runtime.run_choices import RunChoices
 from tinylm.train.config import TrainConfig
-from tinylm.train.optim import AnyOptimizer
+from tinylm.train.optim import AnyOptimizer, OptimizerList, members
 from tinylm.train.run_clock import RunClock
 from tinylm.train.schedule import LRSchedule
 from tinylm.train.stage import Stage
@@ -75,8 +75,9 @@ class RunCheckpoints:
         if self.cfg.fsdp:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict  # heavy
 
-            set_optimizer_state_dict(self.raw, optimizer, by_name(state["optimizer"], self.raw, optimizer),
-                                     options=StateDictOptions(full_state_dict=True))  # type: ignore[arg-type]
+            for member, saved in per_member(state["optimizer"], optimizer, checkpoint):
+                set_optimizer_state_dict(self.raw, member, by_name(saved, self.raw, member),
+                                         options=StateDictOptions(full_state_dict=True))
         else:
             try:
                 optimizer.load_state_dict(state["optimizer"])
@@ -103,7 +104,9 @@ class RunCheckpoints:
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict  # heavy
 
             options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            return get_optimizer_state_dict(self.raw, self.optimizer, options=options)  # type: ignore[arg-type]
+            whole = [get_optimizer_state_dict(self.raw, member, options=options) for member in members(self.optimizer)]
+            # the layout OptimizerList.state_dict() writes (Muon + AdamW), so either kind of run resumes the other
+            return {"optimizers": whole} if isinstance(self.optimizer, OptimizerList) else whole[0]
         return self.optimizer.state_dict()
 
     def _model_state(self) -> dict[str, torch.Tensor] | None:
@@ -113,6 +116,16 @@ class RunCheckpoints:
 
             return get_model_state_dict(self.raw, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return None
+
+
+def per_member(saved: dict[str, Any], optimizer: AnyOptimizer, checkpoint: Path) -> list[tuple[Any, dict[str, Any]]]:
+    """(torch optimizer, its saved state) pairs: one for AdamW, Muon's and AdamW's for the pair."""
+    inner = members(optimizer)
+    states = saved.get("optimizers", [saved]) if isinstance(optimizer, OptimizerList) else [saved]
+    if len(states) != len(inner) or (len(inner) == 1 and "optimizers" in saved):
+        raise TinyLMError(f"checkpoint {checkpoint} has optimizer state for another optimizer "
+                          f"(not {optimizer!r}?)")
+    return list(zip(inner, states))
 
 
 def by_name(saved: dict[str, Any], model: torch.nn.Module, optimizer: Any) -> dict[str, Any]:

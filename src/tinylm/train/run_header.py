@@ -10,6 +10,7 @@ from typing import Any
 
 from tinylm.runtime.device import describe
 from tinylm.runtime.mkl_cbwr import describe as describe_mkl
+from tinylm.train.optim import describe_optimizer
 
 
 def header_lines(run: Any) -> list[str]:
@@ -26,6 +27,7 @@ def header_lines(run: Any) -> list[str]:
     if run.device.type == "cpu" and (mkl := describe_mkl()):
         lines.append(mkl)
     lines += run.choices.header_lines()
+    lines.append(describe_optimizer(run.optimizer))
     lines.append(run.schedule.describe())
     if run.ckpt is not None and run.state is not None:
         lines.append(f"resumed from {run.ckpt} at step {run.step}")

@@ -8,6 +8,7 @@ attention kernel and compile plan, then its optimizer, loss scaler and schedule.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from tinylm.runtime.compile_policy import compile_blocks
 from tinylm.runtime.distributed import DistEnv, all_gather_objects, barrier
 from tinylm.runtime.run_choices import RunChoices
 from tinylm.train.batch_plan import BatchPlan
-from tinylm.train.config import TrainConfig
+from tinylm.train.config import DEFAULT_SEQ_WARMUP_STEPS, TrainConfig
 from tinylm.train.distributed import wrap_model
 from tinylm.train.optim import AnyOptimizer, build_optimizer
 from tinylm.train.run_dir import choose_run_dir, plan_resume
@@ -93,11 +94,28 @@ def batch_plan(cfg: TrainConfig, seq_len: int, world_size: int, stage: Stage | N
     """The run's step shapes (train/batch_plan.py): the loop counts tokens by it, pretraining draws rows by it.
     A `stage` that draws its own rows (SFT, DPO, RL) refuses a plan it would not follow."""
     plan = BatchPlan(cfg.batch_size, seq_len, cfg.grad_accum * world_size, cfg.batch_ramp_steps,
-                     cfg.seq_len_warmup_steps)
+                     cfg.seq_len_warmup_steps or 0)
+    if cfg.seq_len_warmup_steps is None and (stage is None or stage.follows_batch_plan):
+        plan = default_seq_warmup(plan, cfg.schedule_steps or default_schedule_steps(cfg, plan))
     if stage is not None and plan.reshapes and not stage.follows_batch_plan:
         raise TinyLMError(f"--batch-ramp-steps and --seq-len-warmup-steps shape pretraining's batches; the "
                           f"{stage.name} stage draws its own")
     return plan
+
+
+def default_seq_warmup(plan: BatchPlan, schedule_steps: int) -> BatchPlan:
+    """The sequence warmup when --seq-len-warmup-steps is not given: the record's 150 steps (of the 600 that
+    docs/speedrun.md raced), at most a quarter of the lr schedule, so a short run still learns mostly on the
+    whole rows it is evaluated on; none where the rows cannot be quartered. Tied to the schedule, not
+    --max-steps, so a run stopped early and resumed with more steps plans the same warmup."""
+    steps = min(DEFAULT_SEQ_WARMUP_STEPS, schedule_steps // 4)
+    if plan.seq_len % 4:
+        return dataclasses.replace(plan, note=f"sequence warmup: none (rows of {plan.seq_len} tokens cannot be "
+                                              "quartered)")
+    note = "" if steps == DEFAULT_SEQ_WARMUP_STEPS else (
+        f"sequence warmup: {steps} steps, not {DEFAULT_SEQ_WARMUP_STEPS}: unset, it is at most a quarter of the "
+        f"{schedule_steps}-step lr schedule")
+    return dataclasses.replace(plan, seq_warmup_steps=steps, note=note)
 
 
 def default_schedule_steps(cfg: TrainConfig, plan: BatchPlan) -> int:
@@ -141,7 +159,7 @@ def build_optimization(raw: nn.Module, cfg: TrainConfig, device: torch.device, d
                        plan: BatchPlan) -> tuple[AnyOptimizer, torch.amp.GradScaler | None, LRSchedule]:
     """The optimizer, a loss scaler for fp16, and the learning-rate schedule over --schedule-steps (and the
     --time-budget, whichever ends first)."""
-    optimizer = build_optimizer(raw, cfg.optimizer, lr=cfg.lr, weight_decay=cfg.weight_decay,
+    optimizer = build_optimizer(raw, cfg.optimizer, lr=cfg.adamw_lr, weight_decay=cfg.weight_decay,
                                 betas=(cfg.beta1, cfg.beta2), muon_lr=cfg.muon_lr, muon_momentum=cfg.muon_momentum,
                                 device=device)
     scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None

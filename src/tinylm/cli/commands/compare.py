@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="compare", help="output folder (default: ./compare)")
     parser.add_argument("--data", default=None, help="prepared data folder (default: the embedded corpus)")
     add_option(parser, "batch_size", BATCH_SIZE, 16)
-    for name, default in (("seq_len", None), ("lr", 3e-3), ("eval_every", 50), ("eval_batches", 20), ("log_every", 10)):
+    for name, default in (("seq_len", None), ("lr", None), ("eval_every", 50), ("eval_batches", 20), ("log_every", 10)):
         add_config_option(parser, TrainConfig, name, default)
     add_option(parser, "device", DEVICE, "auto")
     add_option(parser, "dtype", DTYPE, "auto")

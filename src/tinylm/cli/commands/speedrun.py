@@ -2,16 +2,17 @@
 
 Each recipe is changes to `tinylm train`'s defaults joined by '+': a named change ({changes}) or
 FIELD=VALUE for any training option or model field. `record` is the best recipe of the record table
-(docs/speedrun.md). Every run gets the reference's token budget; the target is where the reference
+(docs/speedrun.md), today's default; the reference is, unless --against, `adamw-default`, the default
+before it. Every run gets the reference's token budget; the target is where the reference
 ends it (or --target-bpb). Runs alternate seed by seed, so the ratio holds on a busy machine.
 Writes speedrun.md, speedrun.json (`time_to_target_ratio`: recipe over reference, median of the
 seeds) and speedrun.png (dev bpb against training seconds) into --out.
 
 examples:
-  tinylm speedrun                                        the record recipe against today's default, 3 seeds
-  tinylm speedrun --recipe muon,muon+wsd --seeds 1,2     two recipes, one reference run per seed
+  tinylm speedrun                                        the record recipe against the AdamW default, 3 seeds
+  tinylm speedrun --recipe wsd,qknorm --seeds 1,2        two changes to the default, one reference run per seed
   tinylm speedrun --against nanogpt --recipe default     today's default against the GPT-2-style baseline
-  tinylm speedrun --recipe muon+muon_lr=0.04 --target-bpb 1.9 --steps 300
+  tinylm speedrun --recipe muon_lr=0.04 --target-bpb 1.9 --steps 300
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import argparse
 import json
 import sys
 
-from tinylm.bench.recipes import CHANGES
+from tinylm.bench.recipes import CHANGES, REFERENCE
 from tinylm.bench.speedrun import SpeedrunOptions, run_speedrun
 from tinylm.bench.speedrun_report import format_markdown
 from tinylm.cli import option_types
@@ -38,7 +39,7 @@ HELP = "race training recipes to a dev bpb target against a reference; table, JS
 def _recipes(text: str) -> list[str]:
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if not parts:
-        raise argparse.ArgumentTypeError("expected a comma list of recipes, e.g. muon,muon+wsd")
+        raise argparse.ArgumentTypeError("expected a comma list of recipes, e.g. wsd,wsd+qknorm")
     return parts
 
 
@@ -46,8 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_option(parser, TrainConfig, "preset")
     parser.add_argument("--recipe", type=_recipes, default=["record"], metavar="R[,R...]",
                         help="recipes to race, comma-separated; each is changes joined by '+' (default: record)")
-    parser.add_argument("--against", default="default", metavar="R",
-                        help="the reference recipe, trained beside them (default: default, tinylm train as it is)")
+    parser.add_argument("--against", default=REFERENCE, metavar="R",
+                        help=f"the reference recipe, trained beside them (default: {REFERENCE}, tinylm train's "
+                             "defaults before the record became them)")
     parser.add_argument("--target-bpb", type=bounded_float(0, low_open=True), default=None, metavar="X",
                         help="dev bits per byte to reach (default: where the reference ends, seed by seed)")
     parser.add_argument("--stop-at-target", action="store_true",

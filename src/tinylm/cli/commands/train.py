@@ -7,7 +7,7 @@ checkpoint in runs/tiny-modern and prints a sample.
 examples:
   tinylm train                                      the demo
   tinylm train --arch classic                       the GPT-2-style baseline, same budget
-  tinylm train --set n_kv_head=1 --optimizer muon   any model field, another optimizer
+  tinylm train --set n_kv_head=1 --optimizer adamw  any model field, another optimizer
   tinylm train --data DIR --preset small --out runs/small --max-steps 5000 --checkpoint-every 500
   tinylm train --out runs/small --resume latest --max-steps 10000   continue (steps are totals)
   tinylm train --time-budget 600 --schedule wsd     stop after ten minutes, saved and resumable

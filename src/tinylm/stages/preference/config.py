@@ -21,7 +21,7 @@ class PreferenceConfig(PostTrainConfig):
 
     train_examples: int = 2_000  # problems turned into pairs for a builtin task
     max_steps: int = 200
-    lr: float = 5e-4
+    lr: float | None = 5e-4
     eval_every: int = 50
 
 

@@ -85,7 +85,7 @@ class RLConfig(PostTrainConfig):
     # RL-sized defaults of the shared options
     batch_size: int = 8
     max_steps: int = 100
-    lr: float = 3e-4
+    lr: float | None = 3e-4
     weight_decay: float = 0.0
     warmup_steps: int = 0
     schedule: str = "constant"
