@@ -59,6 +59,16 @@ def test_the_plan_halves_twice_and_counts_tokens_in_closed_form() -> None:
     assert warm.tokens_ratio(3, 1) == 1 and warm.tokens_ratio(6, 4) == 1
 
 
+def test_the_plan_counts_the_shapes_a_run_will_compile() -> None:
+    warm = BatchPlan(4, 16, seq_warmup_steps=4)  # (16, 4) x2, (8, 8) x2, then (4, 16)
+    assert [warm.shapes(start, 10) for start in range(6)] == [3, 3, 2, 2, 1, 1]
+    assert warm.shapes(0, 2) == 1 and warm.shapes(0, 3) == 2 and BatchPlan(4, 16).shapes(0, 10**9) == 1
+    for ramp, warmup in itertools.product((0, 4, 6, 8), (0, 2, 4, 7)):  # both, of different lengths: up to five
+        plan = BatchPlan(16, 16, ramp_steps=ramp, seq_warmup_steps=warmup)
+        for start, end in ((0, 100), (3, 100), (5, 6), (0, 3)):
+            assert plan.shapes(start, end) == len({plan.shape(s) for s in range(start, end)}), (ramp, warmup, start)
+
+
 def test_shapes_that_cannot_be_quartered_are_refused_in_one_line() -> None:
     with pytest.raises(TinyLMError, match="--batch-size 6 must be a multiple of 4"):
         BatchPlan(6, 256, ramp_steps=10)

@@ -34,6 +34,52 @@ def test_compile_pays_back_when_the_saved_time_exceeds_the_compile_time() -> Non
     assert not slower.value and "no gain" in slower.reason
 
 
+def test_each_shape_a_run_compiles_costs_the_compile_time_again() -> None:
+    """A sequence warmup's two shorter row lengths are two more static compiles (30 s each here)."""
+    probe = CompileMeasurement(compile_s=30.0, eager_s=0.1, compiled_s=0.05)
+    three = decide(probe, planned_steps=1000, n_blocks=2, cached=True, shapes=3)
+    assert not three.value and "compile 30 s x 3 shapes" in three.reason
+    assert "pays back after 1,080 steps" in three.reason
+    assert decide(probe, planned_steps=1080, n_blocks=2, cached=True, shapes=3).value
+
+
+def test_static_blocks_compile_each_shape_once_and_dynamic_ones_go_symbolic(one_thread: None) -> None:
+    """dynamic=False (pretraining, whose batch plan knows its shapes): one graph per row length, reused when it
+    comes back; torch's default turns symbolic at the second shape (the 155 s recompile of the demo's warmup)."""
+    import torch._dynamo
+
+    def graphs_after_each(dynamic: bool | None) -> list[int]:
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        torch.manual_seed(0)
+        model = build_model(MICRO)
+        compile_blocks(model, backend="aot_eager", dynamic=dynamic)
+        seen = []
+        for rows, length in [(2, 16), (4, 8), (8, 4), (2, 16)]:  # a warmup's shapes, then the first again
+            x = torch.randint(0, MICRO.vocab_size, (rows, length))
+            model(x, x, return_logits=False)[1].backward()
+            seen.append(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+        return [b - a for a, b in zip(seen, seen[1:])]
+
+    assert graphs_after_each(False) == [1, 1, 0]
+    assert graphs_after_each(None) == [1, 0, 0]
+
+
+def test_pretraining_compiles_static_blocks_and_other_stages_keep_torchs_default(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_sft import sft_config
+    from tinylm.stages.sft.stage import SFTStage
+    from tinylm.train import run_setup
+    from tinylm.train.loop import run_training
+
+    asked: list[bool | None] = []
+    monkeypatch.setattr(compile_policy, "have_compiler", lambda: True)
+    monkeypatch.setattr(run_setup, "compile_blocks", lambda model, dynamic=None: asked.append(dynamic))
+    pretrain(config(tmp_path / "pretrain", max_steps=1, compile="on"))
+    run_training(sft_config(tmp_path / "sft", max_steps=1, compile="on"), stage=SFTStage())
+    assert asked == [False, None]
+
+
 def test_on_and_off_are_obeyed_and_unknown_modes_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(compile_policy, "measure_compile", lambda *a, **k: pytest.fail("on/off probed"))
     assert plan_compile("on", 10, None, **SHAPE).value

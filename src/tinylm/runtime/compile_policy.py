@@ -78,18 +78,21 @@ def compile_key(config: ModelConfig, batch_size: int, seq_len: int, dtype: torch
     return f"{config.arch} d{config.n_embed} {batch_size}x{seq_len} {precision}{kernel} {digest}"
 
 
-def compile_blocks(model: nn.Module, backend: str = "inductor") -> None:
+def compile_blocks(model: nn.Module, backend: str = "inductor", dynamic: bool | None = None) -> None:
     """torch.compile every block of `model` in place, and the per-chunk softmax of its loss.
 
     The embedding and the head's matmuls stay eager; the loss's elementwise passes over each
     [rows, vocab] chunk are fused (`models/loss.compile_output_loss`).
 
-    `backend="aot_eager"` traces the same graphs without generating code: what the fast tests use.
+    `dynamic=False` compiles each input shape on its own, for a run that knows its few shapes (pretraining's
+    warmup: three); torch's default (None) recompiles for symbolic shapes at the second shape, which measured
+    155 s on the demo's second warmup stage and slower kernels after it. `backend="aot_eager"` traces the same
+    graphs without generating code: what the fast tests use.
     """
     if backend == "inductor" and not have_compiler() and next(model.parameters()).device.type == "cpu":
         raise TinyLMError("--compile on a CPU needs a C++ compiler (install g++ or clang), or use --compile off")
     for block in model.blocks:  # type: ignore[union-attr]
-        block.compile(backend=backend)
+        block.compile(backend=backend, dynamic=dynamic)
     compile_output_loss(model.lm_head, backend)  # type: ignore[arg-type]
 
 
@@ -167,8 +170,10 @@ def eager_estimate(key: str, measure: Callable[[], CompileMeasurement]) -> float
     return eager_s
 
 
-def decide(measurement: CompileMeasurement, planned_steps: int, n_blocks: int, cached: bool) -> Choice[bool]:
-    """Compile iff the planned steps save more time than the compile costs (with a margin).
+def decide(measurement: CompileMeasurement, planned_steps: int, n_blocks: int, cached: bool,
+           shapes: int = 1) -> Choice[bool]:
+    """Compile iff the planned steps save more time than the compile costs (with a margin), once per input
+    shape the run will use (a warmup's shorter rows are other shapes, each compiled on its own).
 
     The time saved is counted at the low end of the measured speedup: a gain the noise could erase is none.
     """
@@ -182,8 +187,9 @@ def decide(measurement: CompileMeasurement, planned_steps: int, n_blocks: int, c
     if saved_per_step <= 0:
         return Choice(CACHE_KIND, False, f"eager: a compiled one-block step measured {speedup:.2f}x of eager, "
                                          f"within the noise (±{spread:.2f}): no sure gain ({source})", measured, cached)
-    payback = measurement.compile_s * PAYBACK_MARGIN / saved_per_step
-    what = (f"compile {measurement.compile_s:.0f} s, one-block step {speedup:.2f}x faster (±{spread:.2f}), "
+    payback = measurement.compile_s * shapes * PAYBACK_MARGIN / saved_per_step
+    each = f" x {shapes} shapes" if shapes > 1 else ""
+    what = (f"compile {measurement.compile_s:.0f} s{each}, one-block step {speedup:.2f}x faster (±{spread:.2f}), "
             f"pays back after {payback:,.0f} steps")
     if planned_steps >= payback:
         return Choice(CACHE_KIND, True, f"compile per block: {what}; the run plans {planned_steps:,} ({source})",
@@ -194,13 +200,14 @@ def decide(measurement: CompileMeasurement, planned_steps: int, n_blocks: int, c
 
 def plan_compile(requested: str, planned_steps: int, est_step_s: float | None, *, model_config: ModelConfig,
                  batch_size: int, seq_len: int, dtype: torch.dtype, device: torch.device,
-                 time_budget_s: float | None = None, attention: str = "sdpa") -> Choice[bool]:
+                 time_budget_s: float | None = None, attention: str = "sdpa", shapes: int = 1) -> Choice[bool]:
     """Whether to compile the blocks of this run: `on`/`off` as asked, `auto` by measured payback.
 
     `planned_steps` counts forward+backward passes of one micro-batch (optimizer steps x accumulation)
     still to run; `est_step_s` is the eager seconds of one such pass if the caller knows it (None: the
     probe's eager one-block time times the depth, an over-estimate that counts the head once per
-    block); a `time_budget_s` caps the run at what fits in it. Under torchrun rank 0 decides for all.
+    block); a `time_budget_s` caps the run at what fits in it; `shapes` is how many input shapes the run
+    will compile (each costs the measured compile time). Under torchrun rank 0 decides for all.
     """
     if requested not in COMPILE_MODES:
         raise TinyLMError(f"unknown --compile {requested!r}: choose auto, on or off")
@@ -213,10 +220,11 @@ def plan_compile(requested: str, planned_steps: int, est_step_s: float | None, *
     if device.type == "cpu" and not have_compiler():
         return Choice(CACHE_KIND, False, "eager: no C++ compiler found, which torch.compile needs on a CPU")
     shape = (model_config, batch_size, seq_len, dtype, device, attention)
-    return decided_on_rank0(lambda: _plan_auto(planned_steps, est_step_s, time_budget_s, *shape))
+    return decided_on_rank0(lambda: _plan_auto(planned_steps, est_step_s, time_budget_s, shapes, *shape))
 
 
-def _plan_auto(planned_steps: int, est_step_s: float | None, time_budget_s: float | None, model_config: ModelConfig,
+def _plan_auto(planned_steps: int, est_step_s: float | None, time_budget_s: float | None, shapes: int,
+               model_config: ModelConfig,
                batch_size: int, seq_len: int, dtype: torch.dtype, device: torch.device,
                attention: str) -> Choice[bool]:
     key = compile_key(model_config, batch_size, seq_len, dtype, attention)
@@ -227,11 +235,11 @@ def _plan_auto(planned_steps: int, est_step_s: float | None, time_budget_s: floa
     if time_budget_s is not None:
         planned_steps = min(planned_steps, max(1, int(time_budget_s / max(est_step_s, 1e-9))))
     if found is not None:
-        return decide(found, planned_steps, model_config.n_blocks, cached=True)
+        return decide(found, planned_steps, model_config.n_blocks, cached=True, shapes=shapes)
     if planned_steps * est_step_s < PROBE_WORTH_S:
         return Choice(CACHE_KIND, False, f"eager: the run (~{planned_steps * est_step_s / 60:.0f} min eager) is too "
                                          "short to pay for a first compile probe; no compile probe cached for this "
                                          "shape", {"eager_step_s": est_step_s})
     measured = measure_compile(model_config, batch_size, seq_len, dtype, device, attention=attention)
     record_measurement(key, measured)
-    return decide(measured, planned_steps, model_config.n_blocks, cached=False)
+    return decide(measured, planned_steps, model_config.n_blocks, cached=False, shapes=shapes)

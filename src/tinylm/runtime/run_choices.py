@@ -57,6 +57,7 @@ class RunShape:
     device: torch.device
     planned_passes: int  # forward + backward passes of one micro-batch still to run
     time_budget_s: float | None = None
+    shapes: int = 1  # input shapes the planned passes use (a warmup's shorter rows are others), each compiled
 
 
 def decide_run_choices(dtype: str, attention: str, compile_mode: str, shape: RunShape,
@@ -79,7 +80,7 @@ def decide_run_choices(dtype: str, attention: str, compile_mode: str, shape: Run
     chosen_compile = plan_compile(compile_mode, shape.planned_passes, None, model_config=shape.model_config,
                                   batch_size=shape.batch_size, seq_len=shape.seq_len, dtype=chosen_precision.value,
                                   device=shape.device, time_budget_s=shape.time_budget_s,
-                                  attention=chosen_attention.value)
+                                  attention=chosen_attention.value, shapes=shape.shapes)
     return RunChoices(chosen_precision, chosen_attention, chosen_compile)
 
 

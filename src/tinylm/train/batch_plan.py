@@ -75,6 +75,14 @@ class BatchPlan:
         d = shrink(step, self.seq_warmup_steps)
         return rows * d, self.seq_len // d
 
+    def shapes(self, start: int, end: int) -> int:
+        """How many distinct micro-batch shapes steps start .. end-1 use (what a static compile compiles)."""
+        last = min(end, max(self.ramp_steps, self.seq_warmup_steps) + 1)
+        seen = {self.shape(s) for s in range(start, last)}
+        if end > start:
+            seen.add(self.shape(end - 1))
+        return max(1, len(seen))
+
     def micro_batch_tokens(self, step: int) -> int:
         """Tokens of one micro-batch of step `step` on one rank (what its forward processes)."""
         rows, length = self.shape(step)

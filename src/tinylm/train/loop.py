@@ -200,8 +200,9 @@ class _Run:
         self.seq_len = cfg.seq_len or self.mcfg.context_length
         self.plan = batch_plan(cfg, self.seq_len, env.world_size, stage)
         done = int(self.state["step"]) if self.state is not None else 0
+        total = planned_steps(cfg, self.plan)
         shape = RunShape(self.mcfg, cfg.batch_size, self.seq_len, self.device, time_budget_s=cfg.time_budget,
-                         planned_passes=max(0, planned_steps(cfg, self.plan) - done) * cfg.grad_accum)
+                         planned_passes=max(0, total - done) * cfg.grad_accum, shapes=self.plan.shapes(done, total))
         self.choices = decide_run_choices(cfg.dtype, cfg.attention, cfg.compile, shape, saved=self.state)
         stage.enter(StageContext.final(start, self.choices, self.plan))
         reset_metrics_log(self.run_dir, env, self.state)

@@ -148,8 +148,8 @@ def build_training_model(stage: Stage, cfg: TrainConfig, env: DistEnv, device: t
     if cfg.fsdp:
         wrap_model(raw, env, device, fsdp=True)  # shards in place
     use_attention_kernel(raw, choices.attention.value)
-    if choices.compile.value:
-        compile_blocks(raw)  # in place: the state-dict names stay, DDP wraps the same module
+    if choices.compile.value:  # in place: the state-dict names stay, DDP wraps the same module
+        compile_blocks(raw, dynamic=False if stage.follows_batch_plan else None)  # the plan's few shapes, each static
     if env.enabled and not cfg.fsdp:
         train_model = wrap_model(train_model, env, device, find_unused=model_config.is_moe)
     return raw, train_model
