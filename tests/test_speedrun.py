@@ -55,6 +55,8 @@ def test_recipes_join_named_changes_and_fields_and_the_later_change_wins() -> No
                                                       "overrides": {"n_blocks": 1, "qk_norm": True}}
     assert parse_recipe("default").changes == {}
     assert parse_recipe("record").changes == parse_recipe(RECORD).changes
+    assert parse_recipe("record+qknorm").changes == parse_recipe(f"{RECORD}+qknorm").changes
+    assert parse_recipe("lr=0.1+record").changes["lr"] == 0.06 and parse_recipe("record+lr=0.1").changes["lr"] == 0.1
     old_default = {"optimizer": "adamw", "lr": 3e-3, "muon_momentum": 0.95, "seq_len_warmup_steps": 0}
     assert parse_recipe("adamw-default").changes == old_default
     assert parse_recipe("nanogpt").changes == {**old_default, "arch": "classic"}

@@ -114,7 +114,9 @@ def parse_recipe(spec: str) -> Recipe:
     text = spec.strip()
     if text == "record":
         return dataclasses.replace(parse_recipe(RECORD), spec="record")
-    parts = [part.strip() for part in text.split("+")]
+    # `record` inside a recipe stands for its changes, in its place (`record+qknorm`)
+    parts = [piece.strip() for part in text.split("+") for piece in (RECORD.split("+") if part.strip() == "record"
+                                                                       else [part])]
     if not text or any(not part for part in parts):
         raise TinyLMError(f"recipe {spec!r}: expected changes joined by '+', e.g. muon+wsd or muon+lr=0.006")
     changes: dict[str, Any] = {"overrides": {}}
