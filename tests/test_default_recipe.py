@@ -68,13 +68,17 @@ def test_the_lr_default_follows_the_optimizer_and_a_given_lr_wins() -> None:
         TrainConfig(lr=0.0)
 
 
+def _built(cfg: TrainConfig) -> list[torch.optim.Optimizer]:
+    """The torch optimizers the run would build for `cfg`."""
+    optimizer, _, _ = build_optimization(build_model(cfg.model_config()), cfg, torch.device("cpu"), torch.float32,
+                                         BatchPlan(cfg.batch_size, cfg.seq_len or 16))
+    return members(optimizer)
+
+
 def _groups(cfg: TrainConfig) -> list[tuple[str, str, float, int]]:
     """(optimizer, role, base lr, parameters) of every non-empty group the run would build."""
-    model = build_model(cfg.model_config())
-    plan = BatchPlan(cfg.batch_size, cfg.seq_len or 16)
-    optimizer, _, _ = build_optimization(model, cfg, torch.device("cpu"), torch.float32, plan)
     return [(type(o).__name__, g["role"], g["initial_lr"], sum(p.numel() for p in g["params"]))
-            for o in members(optimizer) for g in o.param_groups if g["params"]]
+            for o in _built(cfg) for g in o.param_groups if g["params"]]
 
 
 def test_the_default_run_builds_muon_for_hidden_matrices_and_adamw_at_its_lr_for_the_rest() -> None:
@@ -84,14 +88,8 @@ def test_the_default_run_builds_muon_for_hidden_matrices_and_adamw_at_its_lr_for
     groups = _groups(cfg)
     assert groups[0] == ("Muon", "muon", 0.02, matrices)
     assert {(name, lr) for name, _, lr, _ in groups[1:]} == {("AdamW", 0.06)}
-    assert all(g["momentum"] == 0.9 for g in _muon_groups(cfg))
+    assert [g["momentum"] for o in _built(cfg) if isinstance(o, Muon) for g in o.param_groups] == [0.9]
     assert {(name, lr) for name, _, lr, _ in _groups(config(None, optimizer="adamw"))} == {("AdamW", 3e-3)}
-
-
-def _muon_groups(cfg: TrainConfig) -> list[dict[str, object]]:
-    optimizer, _, _ = build_optimization(build_model(cfg.model_config()), cfg, torch.device("cpu"), torch.float32,
-                                         BatchPlan(cfg.batch_size, 16))
-    return [g for o in members(optimizer) if isinstance(o, Muon) for g in o.param_groups]
 
 
 @pytest.mark.parametrize("config_class", [SFTConfig, PreferenceConfig, RLConfig])

@@ -29,7 +29,7 @@ from tinylm.metrics import read_metrics
 from tinylm.models.factory import build_model
 from tinylm.presets import preset_config
 from tinylm.stages.pretrain import PretrainStage
-from tinylm.train.config import DEFAULT_LR, TrainConfig
+from tinylm.train.config import TrainConfig
 from tinylm.train.loop import run_training
 
 MAX_STEPS_FOR_TIME_BUDGET = 10**9  # the time budget, not the step count, ends these runs
@@ -134,7 +134,8 @@ def run_compare(opts: CompareOptions, say=lambda line: None) -> dict[str, Any]:
     budget_text = (f"{opts.steps} steps each" if opts.steps is not None
                    else f"{opts.time_budget:g} s of training each")
     result = {"preset": opts.preset, "budget": budget_text, "seeds": opts.seeds,
-              "train": {k: v for k, v in base.to_dict().items() if k not in ("arch", "overrides", "out")},
+              "train": {**{k: v for k, v in base.to_dict().items() if k not in ("arch", "overrides", "out")},
+                        "lr": base.adamw_lr},  # the rate every run used: unset, its optimizer's default
               "rows": rows, "runs": runs}
     write_results(result, out)
     return result
@@ -152,18 +153,13 @@ def _cell(stat: dict[str, float | None], fmt: str) -> str:
     return f"{stat['mean']:{fmt}} ± {stat['std']:{fmt}}"
 
 
-def _lr(train: dict[str, Any]) -> str:
-    """--lr as given, or the default for the run's optimizer."""
-    return f"{train['lr'] if train['lr'] is not None else DEFAULT_LR[train['optimizer']]:g}"
-
-
 def format_markdown(result: dict[str, Any]) -> str:
     t = result["train"]
     lines = [
         f"# tinylm compare: {result['preset']} preset, {result['budget']}",
         "",
         f"Same data and batch for every candidate (batch {t['batch_size']} x seq {t['seq_len'] or 'context'}, "
-        f"{t['optimizer']}, lr {_lr(t)}, dtype {t['dtype']}); seeds {', '.join(map(str, result['seeds']))}; "
+        f"{t['optimizer']}, lr {t['lr']:g}, dtype {t['dtype']}); seeds {', '.join(map(str, result['seeds']))}; "
         "values are mean ± standard deviation over the seeds.",
         "",
         "| candidate | params | active params | tokens/s | dev loss | dev bpb | steps | what it is |",

@@ -164,9 +164,8 @@ class _Run:
             self.say(line)
         logger = open_logger(self.run_dir, cfg, env, self.state, self.say,
                              {"model": self.mcfg.to_dict(), "train": cfg.to_dict(), "stage": self.stage.name})
-        total = planned_steps(cfg, self.plan)
-        self.progress = Progress(total, initial=self.step, enabled=cfg.progress and env.is_main)
-        self.status.running(self.step, total)
+        self.progress = Progress(self.planned, initial=self.step, enabled=cfg.progress and env.is_main)
+        self.status.running(self.step, self.planned)
         try:
             with StopSignal() as stop:
                 summary = self._loop(stop, logger)
@@ -200,9 +199,10 @@ class _Run:
         self.seq_len = cfg.seq_len or self.mcfg.context_length
         self.plan = batch_plan(cfg, self.seq_len, env.world_size, stage)
         done = int(self.state["step"]) if self.state is not None else 0
-        total = planned_steps(cfg, self.plan)
+        self.planned = planned_steps(cfg, self.plan)  # in all, counted across resumes
         shape = RunShape(self.mcfg, cfg.batch_size, self.seq_len, self.device, time_budget_s=cfg.time_budget,
-                         planned_passes=max(0, total - done) * cfg.grad_accum, shapes=self.plan.shapes(done, total))
+                         planned_passes=max(0, self.planned - done) * cfg.grad_accum,
+                         shapes=self.plan.shapes(done, self.planned))
         self.choices = decide_run_choices(cfg.dtype, cfg.attention, cfg.compile, shape, saved=self.state)
         stage.enter(StageContext.final(start, self.choices, self.plan))
         reset_metrics_log(self.run_dir, env, self.state)

@@ -176,5 +176,5 @@ def describe_optimizer(optimizer: AnyOptimizer) -> str:
             parts.append(f"{type(member).__name__} (lr {lrs}, betas {betas}) on {count:,}"
                          f"{' other' if parts else ''} parameters")
     decay = max(g["initial_weight_decay"] for g in optimizer.param_groups)
-    first = "Muon's" if isinstance(members(optimizer)[0], Muon) else "AdamW's"
-    return f"optimizer: {', '.join(parts)}; weight decay {decay:g} on matrices; the logged lr is {first}"
+    first = type(members(optimizer)[0]).__name__
+    return f"optimizer: {', '.join(parts)}; weight decay {decay:g} on matrices; the logged lr is {first}'s"

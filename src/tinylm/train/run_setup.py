@@ -96,7 +96,7 @@ def batch_plan(cfg: TrainConfig, seq_len: int, world_size: int, stage: Stage | N
     plan = BatchPlan(cfg.batch_size, seq_len, cfg.grad_accum * world_size, cfg.batch_ramp_steps,
                      cfg.seq_len_warmup_steps or 0)
     if cfg.seq_len_warmup_steps is None and (stage is None or stage.follows_batch_plan):
-        plan = default_seq_warmup(plan, cfg.schedule_steps or default_schedule_steps(cfg, plan))
+        plan = default_seq_warmup(plan, schedule_steps(cfg, plan))
     if stage is not None and plan.reshapes and not stage.follows_batch_plan:
         raise TinyLMError(f"--batch-ramp-steps and --seq-len-warmup-steps shape pretraining's batches; the "
                           f"{stage.name} stage draws its own")
@@ -118,8 +118,10 @@ def default_seq_warmup(plan: BatchPlan, schedule_steps: int) -> BatchPlan:
     return dataclasses.replace(plan, seq_warmup_steps=steps, note=note)
 
 
-def default_schedule_steps(cfg: TrainConfig, plan: BatchPlan) -> int:
-    """The schedule's length without --schedule-steps: the planned steps (at least one under --max-tokens)."""
+def schedule_steps(cfg: TrainConfig, plan: BatchPlan) -> int:
+    """The lr schedule's length: --schedule-steps, else the planned steps (at least one under --max-tokens)."""
+    if cfg.schedule_steps:
+        return cfg.schedule_steps
     if cfg.max_tokens is None:
         return cfg.max_steps
     return max(1, planned_steps(cfg, plan))
@@ -163,7 +165,7 @@ def build_optimization(raw: nn.Module, cfg: TrainConfig, device: torch.device, d
                                 betas=(cfg.beta1, cfg.beta2), muon_lr=cfg.muon_lr, muon_momentum=cfg.muon_momentum,
                                 device=device)
     scaler = torch.amp.GradScaler("cuda") if dtype == torch.float16 else None
-    total = cfg.schedule_steps or default_schedule_steps(cfg, plan)
+    total = schedule_steps(cfg, plan)
     schedule = LRSchedule(cfg.schedule, total, min(cfg.warmup_steps, total), cfg.min_lr_ratio, cfg.decay_fraction,
                           time_budget=cfg.time_budget)
     return optimizer, scaler, schedule
