@@ -1,7 +1,7 @@
 """The whole road in one command: prepare -> pretrain -> SFT -> DPO -> GRPO -> eval, then the stage table.
 
-Offline, on the embedded corpus and the built-in task (default builtin:arith?digits=2&ops=+-), with a
-tiny model: about 10 minutes on two CPU cores. Each stage runs in its own folder under --out
+Offline, on the embedded corpus and the built-in task (default builtin:arith?digits=2&ops=+), with a
+tiny model: about 9 minutes on two CPU cores. Each stage runs in its own folder under --out
 (pretrain, sft, dpo, grpo) with its own report card; OUT/report.html holds the stage table. Running
 the command again skips the finished stages and resumes an interrupted one where it stopped.
 
