@@ -86,10 +86,12 @@ def _road(tmp_path: Path, **changes: Any) -> Path:
     return file
 
 
-def _pipeline(file: Path, out: Path, *flags: str) -> dict[str, Any]:
+def _pipeline(file: Path | None, out: Path, *flags: str) -> dict[str, Any]:
+    """`tinylm pipeline [FILE] --out OUT --json FLAGS`'s result; no FILE runs the defaults."""
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        assert main(["pipeline", str(file), "--out", str(out), "--no-progress", "--json", *flags]) == 0
+        road = [str(file)] if file is not None else []
+        assert main(["pipeline", *road, "--out", str(out), "--no-progress", "--json", *flags]) == 0
     return json.loads(buffer.getvalue().strip().splitlines()[-1])
 
 
@@ -165,13 +167,9 @@ def test_the_default_road_is_made_of_real_stage_options() -> None:
 
 @pytest.mark.slow
 def test_the_default_road_gains_beyond_the_noise_at_every_stage(tmp_path: Path) -> None:
-    """The defaults' claim, one row of docs/pipeline-command.md's table re-run (about 11 minutes on 2 cores):
+    """The defaults' claim, one row of docs/pipeline-command.md's table re-run (about 12 minutes on 2 cores):
     SFT, RPO and GRPO each gain on the 1,000 held-out sums, beyond the paired interval of the measurement."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        assert main(["pipeline", "--out", str(tmp_path / "road"), "--seed", "1", "--dtype", "fp32", "--threads", "2",
-                     "--no-progress", "--json"]) == 0
-    result = json.loads(buffer.getvalue().strip().splitlines()[-1])
+    result = _pipeline(None, tmp_path / "road", "--seed", "1", "--dtype", "fp32", "--threads", "2")
     assert result["held_out"] == 1000 and [r["stage"] for r in result["rows"]] == ["pretrain", "sft", "dpo", "grpo"]
     for row in result["rows"][1:]:
         gain = row["gain"]
