@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib.pyplot as plt
 
     from tinylm.stages.pretrain import pretrain
-    from tinylm.train.config import TrainConfig
+    from tinylm.stages.pretrain.config import PretrainConfig
 
     presets = [p.strip() for p in args.presets.split(",") if p.strip()]
     fig, axes = plt.subplots(1, len(presets), figsize=(6 * len(presets), 4), squeeze=False)
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
             for dtype, seed in RUNS:
                 name = f"{preset}-{dtype}-{seed}"
                 print(f"training {name} ...", file=sys.stderr)
-                result = pretrain(TrainConfig(
+                result = pretrain(PretrainConfig(
                     preset=preset, dtype=dtype, seed=seed, max_steps=args.steps, eval_every=args.eval_every,
                     batch_size=BATCH.get(preset, 8), threads=args.threads, sample_tokens=0, progress=False,
                     out=str(Path(tmp) / name)))

@@ -20,9 +20,9 @@ from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.stages.pretrain import pretrain
 from tinylm.stages.pretrain import stage as pretrain_stage
+from tinylm.stages.pretrain.config import PretrainConfig
 from tinylm.train import loop
 from tinylm.train.batch_plan import BatchPlan, shrink
-from tinylm.train.config import TrainConfig
 from tinylm.train.schedule import weight_decay_factor
 
 PEAK = 1e12  # a fixed matmul peak: MFU x PEAK / tokens_per_s is then the FLOPs per token the loop counted
@@ -77,9 +77,9 @@ def test_shapes_that_cannot_be_quartered_are_refused_in_one_line() -> None:
     BatchPlan(6, 30)  # nothing asked, nothing refused
     # the batch is known before a run folder exists: refused by the config itself
     with pytest.raises(TinyLMError, match="--batch-size 6 must be a multiple of 4"):
-        TrainConfig(batch_size=6, batch_ramp_steps=10)
+        PretrainConfig(batch_size=6, batch_ramp_steps=10)
     with pytest.raises(TinyLMError, match="row length 30 must be a multiple of 4"):
-        TrainConfig(seq_len=30, seq_len_warmup_steps=10)
+        PretrainConfig(seq_len=30, seq_len_warmup_steps=10)
 
 
 def _record_shapes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
@@ -205,18 +205,17 @@ def test_post_training_stages_do_not_take_pretraining_options() -> None:
         for flag in ("--batch-ramp-steps", "--seq-len-warmup-steps", "--z-loss", "--target-dev-bpb"):
             assert flag not in text, (command, flag)
         assert "--weight-decay-schedule" in text  # the engine's own option: every stage has it
-    assert TrainConfig().batch_ramp_steps == 0 and TrainConfig().seq_len_warmup_steps is None  # unset: the default
+    default = PretrainConfig()
+    assert default.batch_ramp_steps == 0 and default.seq_len_warmup_steps is None  # unset: the default
 
 
-def test_a_stage_that_draws_its_own_batches_refuses_a_plan(tmp_path: Path) -> None:
-    """SFT, DPO and RL draw their own rows: the loop refuses to count tokens by a plan the stage would not follow."""
-    from tinylm.train.loop import run_training
+def test_a_stage_that_draws_its_own_batches_has_no_plan_to_refuse(capsys: pytest.CaptureFixture[str]) -> None:
+    """SFT, DPO and RL draw their own rows: the plan's options are pretraining's fields, not theirs, so a plan they
+    would not follow cannot be asked of them at all: not from Python, not on the command line."""
+    from tinylm.cli.main import main
+    from tinylm.stages.sft.config import SFTConfig
 
-    class OwnBatches(pretrain_stage.PretrainStage):
-        name = "own-batches"
-        follows_batch_plan = False
-
-    with pytest.raises(TinyLMError, match="the own-batches stage draws its own"):
-        run_training(config(tmp_path / "run", batch_ramp_steps=4), stage=OwnBatches())
-    summary = run_training(config(tmp_path / "plain", max_steps=1), stage=OwnBatches())  # no plan: it trains
-    assert summary.steps == 1
+    with pytest.raises(TypeError, match="batch_ramp_steps"):
+        SFTConfig(base="runs/x", batch_ramp_steps=4)  # type: ignore[call-arg]
+    assert main(["sft", "--base", "runs/x", "--batch-ramp-steps", "4"]) == 2
+    assert "unrecognized arguments: --batch-ramp-steps" in capsys.readouterr().err

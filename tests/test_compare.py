@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tinylm.bench.compare import CompareOptions, candidates_for, run_compare
+from tinylm.bench.compare import COMPARE_STEPS, CompareOptions, candidates_for, run_compare
 from tinylm.bench.variants import VARIANTS, variant_overrides
 from tinylm.cli.main import main
 from tinylm.errors import TinyLMError
@@ -51,7 +51,8 @@ def test_candidates_and_unknown_names() -> None:
     with pytest.raises(TinyLMError, match="unknown variant 'warp'"):
         candidates_for("tiny", ["modern"], ["warp"], {})
     with pytest.raises(TinyLMError, match="exactly one budget"):
-        run_compare(CompareOptions(steps=None, time_budget=None))
+        CompareOptions(steps=5, time_budget=1.0)
+    assert CompareOptions().steps == COMPARE_STEPS and CompareOptions(time_budget=1.0).steps is None
 
 
 def test_every_candidate_gets_the_same_training_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

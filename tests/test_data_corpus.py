@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tinylm.data.hf import parse_hf_spec
 from tinylm.data.pystdlib import stdlib_files
+from tinylm.data.rows.hf_spec import parse_hf_spec
 from tinylm.data.sources import open_corpus
 from tinylm.data.text import decode_text
 from tinylm.errors import TinyLMError

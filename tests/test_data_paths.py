@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tinylm.paths import default_data_dir, tinylm_home
+from tinylm.data.folders import default_data_dir
+from tinylm.paths import tinylm_home
 
 
 def test_tinylm_home_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 from tinylm.cli.main import main
+from tinylm.data.folders import default_data_dir
 from tinylm.data.prepare import prepare_dataset
 from tinylm.data.pystdlib import stdlib_files
 from tinylm.data.sources import open_corpus
 from tinylm.data.split import is_dev
 from tinylm.errors import TinyLMError
-from tinylm.paths import default_data_dir
 from tinylm.tokenizer import load_tokenizer
 
 OPTIONS = {"vocab_size": 512, "dev_fraction": 0.2, "context_length": 32, "progress": False}

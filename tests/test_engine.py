@@ -51,7 +51,9 @@ def test_fast_decoder_logits_match_the_model(name: str, batch: int) -> None:
     torch.testing.assert_close(torch.cat(logits, dim=1), reference, atol=1e-4, rtol=1e-4)
 
 
-PACKING = pytest.mark.skipif(not can_pack(torch.zeros(1, dtype=torch.bfloat16)), reason="no oneDNN linear ops")
+PACKING = pytest.mark.skipif(not can_pack(torch.zeros(1, dtype=torch.bfloat16)),
+                             reason="no oneDNN bf16 packing here (a torch without its linear ops, or a CPU without "
+                                    "its bf16 instructions)")
 
 
 @PACKING

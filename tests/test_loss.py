@@ -297,5 +297,7 @@ def test_softcap_model_paths_agree_and_bound_the_logits() -> None:
         results.append((loss.detach(), model.token_embed.weight.grad.clone()))
     for loss, grad in results[1:]:
         torch.testing.assert_close(loss, results[0][0], rtol=1e-6, atol=1e-6)
-        torch.testing.assert_close(grad, results[0][1], rtol=1e-5, atol=1e-6)
+        # float32 sums in another order: on an AVX2-only CPU a few of 12,416 entries differ by ~2e-6 (1e-6 held on
+        # AVX-512 ones), as the plain-vs-chunked gradients above are compared at 1e-5
+        torch.testing.assert_close(grad, results[0][1], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(model.logits(model.forward_hidden(idx)), logits)

@@ -98,7 +98,7 @@ def test_the_shipped_synthetic_files_load() -> None:
         assert len(questions) == 24 and all(len(q.choices) == 4 for q in questions)
 
 
-@pytest.mark.parametrize("bad,why", [("{not json", "not JSON"), ('{"question": "q"}', "missing field"),
+@pytest.mark.parametrize("bad,why", [("{not json", "malformed JSON"), ('{"question": "q"}', "missing field"),
                                      ('{"question": "q", "choices": ["a"], "answer": 0}', "4 choices")])
 def test_a_malformed_row_is_named_by_file_and_line(tmp_path: Path, bad: str, why: str) -> None:
     file = tmp_path / "mmlu.jsonl"
@@ -109,7 +109,7 @@ def test_a_malformed_row_is_named_by_file_and_line(tmp_path: Path, bad: str, why
 
 
 def test_hf_sources_fail_in_one_line_offline() -> None:
-    with pytest.raises(TinyLMError, match="cannot load hf:tinylm-tests/absent"):
-        load_questions("arc", "hf:tinylm-tests/absent?split=test")
-    with pytest.raises(TinyLMError, match="unknown option"):
+    with pytest.raises(TinyLMError, match="cannot read Hugging Face dataset 'tinylm-tests/absent'"):
+        load_questions("arc", "hf:tinylm-tests/absent::test")
+    with pytest.raises(TinyLMError, match="expected hf:NAME"):
         load_questions("arc", "hf:x?splt=test")

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tinylm.errors import TinyLMError
+from tinylm.stages.preference.config import DPOConfig
 from tinylm.stages.preference.losses import (
     LOSSES,
     PairLogps,
@@ -259,11 +260,13 @@ def test_kto_reference_point_from_added_sums_is_the_whole_batchs() -> None:
 def test_bad_names_and_hyper_parameters_are_one_line() -> None:
     with pytest.raises(TinyLMError, match="unknown --loss 'dpoo': choose one of dpo, rpo, cdpo"):
         resolve("dpoo")
-    for beta in (0.0, -1.0):
+    for beta in (0.0, -1.0):  # the ranges live on the options: the config refuses them, however it is built
         with pytest.raises(TinyLMError, match="--beta must be > 0"):
-            resolve("dpo", beta=beta)
-    with pytest.raises(TinyLMError, match="--label-smoothing"):
-        resolve("cdpo", label_smoothing=0.5)
+            DPOConfig(base="run", beta=beta)
+    with pytest.raises(TinyLMError, match="--label-smoothing must be < 0.5"):
+        DPOConfig(base="run", loss="cdpo", label_smoothing=0.5)
+    with pytest.raises(TinyLMError, match="--lam must be >= 0"):
+        DPOConfig(base="run", loss="rpo", lam=-1.0)
     assert resolve("simpo")[1] == {"beta": 2.0, "gamma": 0.5} and resolve("orpo")[1] == {"lam": 0.1}
 
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from tinylm.cli.main import main
+from tinylm.data.folders import default_data_dir
 from tinylm.data.loader import BatchLoader
 from tinylm.data.shards import check_data_dir
-from tinylm.paths import default_data_dir
 from tinylm.tokenizer import load_tokenizer
 
 

@@ -51,7 +51,7 @@ def test_a_prompt_file_is_a_task_with_a_held_out_share_and_an_exact_verifier(tmp
     ('{"prompt": "", "answer": "x"}', r'prompts.jsonl:2: "prompt" must be non-empty text'),
     ('{"prompt": "Hi?", "answer": null}', r'prompts.jsonl:2: "answer" must be non-empty text or a number, got None'),
     ('{"prompt": "Hi?", "answer": true}', r'prompts.jsonl:2: "answer" must be non-empty text or a number, got True'),
-    ('{"prompt": "Hi?", ', r"prompts.jsonl:2: not JSON"),
+    ('{"prompt": "Hi?", ', r"prompts.jsonl:2: malformed JSON"),
 ])
 def test_a_bad_row_is_an_error_at_its_file_and_line(tmp_path: Path, line: str, message: str) -> None:
     file = prompt_file(tmp_path / "prompts.jsonl", [json.dumps(PROMPTS[0]), line, json.dumps(PROMPTS[1])])

@@ -14,8 +14,9 @@ from eval_support import TASK, sft_run
 from tinylm.checkpoint import load_model
 from tinylm.cli.main import main
 from tinylm.errors import TinyLMError
-from tinylm.evaluate.report_card import REPORT_HTML, REPORT_MD, curve_keys, curves_section, write_report_card
+from tinylm.evaluate.report_card import REPORT_HTML, REPORT_MD, curves_section, write_report_card
 from tinylm.metrics import read_metrics
+from tinylm.stages import report_curves
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -38,7 +39,7 @@ def test_card_shows_model_lineage_training_and_scores(tmp_path: Path) -> None:
 
 def test_html_is_self_contained(tmp_path: Path) -> None:
     run = Path(shutil.copytree(sft_run(), tmp_path / "sft"))
-    page = write_report_card(run).read_text()
+    page = write_report_card(run, report_curves).read_text()
     assert page == (run / REPORT_HTML).read_text()
     assert not re.search(r"(src|href)=\"(?!data:)", page)  # nothing fetched: no links, no external images
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
@@ -58,10 +59,10 @@ def test_report_run_rebuilds_the_card(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_a_folder_that_is_not_a_run_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(TinyLMError, match="run folder not found"):
-        write_report_card(tmp_path / "nothing")
+        write_report_card(tmp_path / "nothing", report_curves)
     (tmp_path / "empty").mkdir()
     with pytest.raises(TinyLMError, match="no checkpoint in"):
-        write_report_card(tmp_path / "empty")
+        write_report_card(tmp_path / "empty", report_curves)
 
 
 def test_an_rl_card_leads_with_what_the_stage_optimises() -> None:
@@ -70,9 +71,10 @@ def test_an_rl_card_leads_with_what_the_stage_optimises() -> None:
     rl = [{"step": 0, "exact_match": 0.0}, *({"step": s, "loss": 1e-7 * (-1) ** s, "reward": 0.1 * s,
                                                "accuracy": 0.05 * s, "tokens_per_s": 1.0} for s in (1, 2)),
           {"step": 2, "exact_match": 0.25}]
-    assert [name for name, _ in curves_section(rl, "rl").figures] == ["reward", "evaluation"]
-    assert all("loss" not in keys for keys in curve_keys("rl").values())
+    assert [name for name, _ in curves_section(rl, report_curves("rl")).figures] == ["reward", "evaluation"]
+    assert all("loss" not in keys for keys in report_curves("rl").values())
     ppo = [*rl, {"step": 2, "value_loss": 0.4, "loss": 0.1}]
-    assert [name for name, _ in curves_section(ppo, "rl").figures] == ["reward", "evaluation", "value_loss"]
+    figures = curves_section(ppo, report_curves("rl")).figures
+    assert [name for name, _ in figures] == ["reward", "evaluation", "value_loss"]
     sft = [{"step": 1, "loss": 2.0}, {"step": 1, "dev_loss": 2.1, "exact_match": 0.0}]
-    assert [name for name, _ in curves_section(sft, "sft").figures] == ["loss", "evaluation"]
+    assert [name for name, _ in curves_section(sft, report_curves("sft")).figures] == ["loss", "evaluation"]

@@ -18,7 +18,7 @@ from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.presets import preset_config
 from tinylm.stages.pretrain import pretrain
-from tinylm.train.run_dir import find_resume_checkpoint, plan_resume
+from tinylm.train.run_dir import plan_resume
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -45,7 +45,7 @@ def test_latest_skips_newer_weights_only_checkpoints_and_says_so(tmp_path: Path)
     assert plan.checkpoint == step(run, 2)
     assert len(plan.notes) == 1 and "step_00000002" in plan.notes[0] and "step_00000003, step_00000004" in plan.notes[0]
     assert plan_resume(str(run), tmp_path / "fork") == plan  # a run folder named by path: the same choice
-    assert find_resume_checkpoint("latest", run) == step(run, 2)
+    assert plan_resume("latest", run).checkpoint == step(run, 2)
 
 
 def test_latest_with_only_weights_only_checkpoints_is_refused(tmp_path: Path) -> None:

@@ -71,8 +71,8 @@ def test_without_file_locks_the_run_still_starts_with_a_note(tmp_path: Path, mon
 def test_default_run_folder_skips_one_in_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     with RunLock(Path("runs/tiny-modern")):
-        assert choose_run_dir(None, "tiny", "modern", None) == Path("runs/tiny-modern-2")
-    assert choose_run_dir(None, "tiny", "modern", None) == Path("runs/tiny-modern")
+        assert choose_run_dir(None, "tiny-modern", None) == Path("runs/tiny-modern-2")
+    assert choose_run_dir(None, "tiny-modern", None) == Path("runs/tiny-modern")
 
 
 def test_a_second_training_run_in_a_held_folder_is_refused(tmp_path: Path) -> None:

@@ -104,9 +104,10 @@ def test_hf_load_failure_is_one_line(monkeypatch) -> None:
         raise ConnectionError("Couldn't reach 'someone/chats' on the Hub\nmore detail")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(TinyLMError, match=r"^hf:someone/chats:dev: could not load 'someone/chats' split 'dev': "
-                                          r"Couldn't reach 'someone/chats' on the Hub$"):
-        load_conversations("hf:someone/chats:dev")
+    with pytest.raises(TinyLMError, match=r"^hf:someone/chats::dev: cannot read Hugging Face dataset 'someone/chats' "
+                                          r"split 'dev' .*: ConnectionError: Couldn't reach 'someone/chats' on the "
+                                          r"Hub$"):
+        load_conversations("hf:someone/chats::dev")
 
 
 def _latin1_line(text: str) -> bytes:

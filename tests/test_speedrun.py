@@ -60,7 +60,7 @@ def test_recipes_join_named_changes_and_fields_and_the_later_change_wins() -> No
     old_default = {"optimizer": "adamw", "lr": 3e-3, "muon_momentum": 0.95, "seq_len_warmup_steps": 0}
     assert parse_recipe("adamw-default").changes == old_default
     assert parse_recipe("nanogpt").changes == {**old_default, "arch": "classic"}
-    for name in CHANGES:  # every named change is a valid TrainConfig change
+    for name in CHANGES:  # every named change is a valid PretrainConfig change
         config(None, **parse_recipe(name).config_changes(dict(MICRO))).model_config()
 
 

@@ -52,7 +52,8 @@ def test_a_bad_value_gets_the_command_lines_message(values: dict, message: str, 
 def test_the_preview_is_the_command_line() -> None:
     argv = command_line("pretrain", {"batch_size": 8, "overrides": {"n_kv_head": 1}, "progress": False,
                                      "fsdp": False}, Path("runs/x"))
-    assert argv == ["train", "--out", "runs/x", "--set", "n_kv_head=1", "--batch-size", "8", "--no-progress"]
+    # the engine's options, then the stage's own (its config extends the engine's)
+    assert argv == ["train", "--out", "runs/x", "--batch-size", "8", "--no-progress", "--set", "n_kv_head=1"]
 
 
 def test_requests_from_another_site_or_not_json_are_refused(tmp_path: Path) -> None:

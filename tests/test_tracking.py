@@ -31,7 +31,7 @@ from tinylm.checkpoint import list_checkpoints
 from tinylm.cli.main import main, parse_command_line
 from tinylm.stages import STAGES, command_of
 from tinylm.stages.pretrain import pretrain
-from tinylm.train.config import TrainConfig
+from tinylm.stages.pretrain.config import PretrainConfig
 
 wandb = pytest.importorskip("wandb", reason="the dev extras install wandb")
 pytest.importorskip("tensorboard", reason="the dev extras install tensorboard")
@@ -202,5 +202,5 @@ def test_tensorboard_as_the_on_off_flag_it_was_still_means_the_run_folder(tmp_pa
     options = tmp_path / "options.toml"
     options.write_text("tensorboard = true\n")
     from_file = parse_command_line(["train", "--config", str(options)]).tensorboard
-    assert [TrainConfig(tensorboard=value).tensorboard for value in (True, from_file, False, "false")] == [
+    assert [PretrainConfig(tensorboard=value).tensorboard for value in (True, from_file, False, "false")] == [
         "", "", None, None]

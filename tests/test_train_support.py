@@ -68,12 +68,12 @@ def hooked_build_model(hook: Any) -> Any:
 
 
 def config(out: Path | None, **changes: Any) -> Any:
-    """A TrainConfig for a ~25k-parameter model on the test data, logging every step.
+    """A PretrainConfig for a ~25k-parameter model on the test data, logging every step.
 
     One thread: on a busy 2-core machine, OpenMP threads waiting for each other cost more than tiny
     matmuls gain.
     """
-    from tinylm.train.config import TrainConfig
+    from tinylm.stages.pretrain.config import PretrainConfig
 
     # dtype, compile and attention fixed: no measured choice, the same math on every machine
     base: dict[str, Any] = dict(data=str(data_dir()), out=None if out is None else str(out), overrides=dict(MICRO),
@@ -81,7 +81,7 @@ def config(out: Path | None, **changes: Any) -> Any:
                                 eval_batches=4, sample_tokens=0, progress=False, seed=3, threads=1,
                                 dtype="fp32", compile="off", attention="sdpa")
     base.update(changes)
-    return TrainConfig(**base)
+    return PretrainConfig(**base)
 
 
 def rows(run_dir: Path | str) -> list[dict[str, Any]]:

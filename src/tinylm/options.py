@@ -17,14 +17,16 @@ A subclass that only changes a default redeclares the field plainly (`lr: float 
 found through the class's bases. A registry supplies its own choices (a callable, read when the parser is
 built), so `tinylm dpo --help` lists every loss the code has.
 
-The options several commands share are declared here, once: the seed, threads, device, dtype, batch size
-and the sampling controls.
+The options several commands share are declared here, once: the seed, threads, device, dtype, batch size,
+compile and the sampling controls, a server's address, the seeds and steps of the commands that race runs
+(compare, speedrun), and --json. A tool's options class takes a training option as it is (`option_from`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import types
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from tinylm.runtime.device import DTYPES
 SEED_LIMIT = 2**32  # numpy's RandomState and torch accept any seed in [0, 2**32)
 COUNT_LIMIT = 2**31 - 1  # a count beyond this is a typo, and overflows int32 indexing anyway
 _MISSING: Any = dataclasses.MISSING
+ALWAYS_EXISTED: Any = type("AlwaysExisted", (), {"__repr__": lambda self: "ALWAYS_EXISTED"})()  # no value before it
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,10 @@ class Option:
     items: bool = False  # a repeatable NAME=VALUE option collected into a dict (`--set n_kv_head=1`)
     parse_item: Callable[[str], tuple[str, Any]] | None = None  # "NAME=VALUE" -> (name, typed value)
     reason: str = ""  # why the upper bound is what it is, for the message
+    # this invocation's alone (where to run, how to show progress): a resumed run never takes it from the run
+    per_invocation: bool = False
+    # the value a run folder saved before this option existed had (not today's default): what a resume takes
+    before_it_existed: Any = ALWAYS_EXISTED
 
     def __call__(self, default: Any = _MISSING, *, default_factory: Any = _MISSING, group: str | None = None,
                  note: str = "") -> Any:
@@ -103,7 +110,7 @@ class OptionSpec:
     name: str
     option: Option
     default: Any
-    kind: str  # "int", "float", "str", "bool" or "dict" (the field's type, None allowed when `optional`)
+    kind: str  # "int", "float", "str", "bool", "dict" or "list" (the field's type, None allowed when `optional`)
     optional: bool
     group: str
     note: str
@@ -114,19 +121,23 @@ class OptionSpec:
 
     def refusal(self, value: Any) -> str | None:
         """The one line refusing `value` (`--batch-size must be >= 1 (got 0)`), or None when it is allowed."""
-        problem = self.option.problem(value)
-        return None if problem is None else f"{self.flag} {problem} (got {value!r})"
+        for item in value if isinstance(value, list | tuple) else [value]:  # a comma list: each of its items
+            problem = self.option.problem(item)
+            if problem is not None:
+                return f"{self.flag} {problem} (got {item!r})"
+        return None
 
 
 def _kind(annotation: Any) -> tuple[str, bool]:
-    args = typing.get_args(annotation)
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)  # `int | None`, not `list[int]`
+    args = typing.get_args(annotation) if union else ()
     optional = type(None) in args
     base = next((a for a in args if a is not type(None)), annotation) if args else annotation
     base = typing.get_origin(base) or base
     for kind in (bool, int, float, str, dict, list):
         if base is kind:
             return kind.__name__, optional
-    raise TypeError(f"an option must be an int, float, str, bool or dict field, got {annotation!r}")
+    raise TypeError(f"an option must be an int, float, str, bool, dict or list field, got {annotation!r}")
 
 
 def declared_option(cls: type, name: str) -> tuple[Option, str, str] | None:
@@ -151,11 +162,8 @@ def declaring_depth(cls: type, name: str) -> int:
 def option_specs(cls: type) -> list[OptionSpec]:
     """Every field of a config dataclass that is an option, in declaration order (bases first)."""
     hints = typing.get_type_hints(cls)
-    hidden = getattr(cls, "hidden_options", ())  # a base's options this config does not take
     specs = []
     for f in dataclasses.fields(cls):
-        if f.name in hidden:
-            continue
         declared = declared_option(cls, f.name)
         if declared is None:
             continue
@@ -173,6 +181,25 @@ def check_options(config: Any) -> None:
         refusal = spec.refusal(getattr(config, spec.name))
         if refusal is not None:
             raise TinyLMError(refusal)
+
+
+def option_from(cls: type, name: str, default: Any = _MISSING, *, note: str | None = None, group: str = "") -> Any:
+    """Field `name` of config class `cls` as a field of another options class: the same option (flag, help, range,
+    choices), `cls`'s default unless `default` is given, its note unless `note` is; `group` is its --help section.
+
+    `tinylm compare --preset` is `tinylm train --preset`: `preset: str = option_from(PretrainConfig, "preset")`.
+    """
+    declared = declared_option(cls, name)
+    if declared is None:
+        raise TypeError(f"{cls.__name__}.{name} is not an option")
+    option, _, own_note = declared
+    note = own_note if note is None else note
+    if default is not _MISSING:
+        return option(default, group=group, note=note)
+    found = {f.name: f for f in dataclasses.fields(cls)}[name]
+    if found.default_factory is not _MISSING:
+        return option(default_factory=found.default_factory, group=group, note=note)
+    return option(found.default, group=group, note=note)
 
 
 # ---- the options several commands share, declared once -----------------------------------------------------
@@ -195,3 +222,10 @@ TOOLS = Option("built-in tools the model may call, comma-separated: calculator, 
                metavar="LIST")
 PROGRESS = Option("no progress bar", flag="--no-progress")
 JSON = Option("print one JSON object")
+COMPILE = Option("torch.compile: auto = only where it measures worth it, on, off (bare --compile = on)",
+                 choices=("auto", "on", "off"), const="on")
+HOST = Option("address to listen on; 127.0.0.1 is this machine only")
+PORT = Option("TCP port; 0 picks a free one", low=0, high=65535)
+SEEDS = Option("comma list of seeds in [0, 2**32), one run of each per seed", low=0, high=SEED_LIMIT - 1,
+               reason="what numpy and torch accept as a seed")
+STEPS = Option("training steps", low=1, high=10**9, reason="a billion steps is years of training; more is a typo")

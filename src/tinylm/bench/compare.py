@@ -1,7 +1,7 @@
 """`tinylm compare`: train several architectures on the same data, seeds and budget; tabulate and plot.
 
 Every candidate is trained by the one training engine, `tinylm.train.loop.run_training`, with the
-same TrainConfig except the model: same data folder, same batch, same seeds, and the same budget,
+same PretrainConfig except the model: same data folder, same batch, same seeds, and the same budget,
 either equal steps (hence equal tokens) or equal wall-clock seconds. With a time budget the number
 of steps is not known in advance: the engine plans the schedule against the seconds instead
 (train/schedule.py), so every candidate decays inside the same budget however fast its steps are.
@@ -27,9 +27,10 @@ from tinylm.bench.variants import VARIANTS, variant_overrides
 from tinylm.errors import TinyLMError
 from tinylm.metrics import read_metrics
 from tinylm.models.factory import build_model
+from tinylm.options import SEEDS, STEPS, Option, check_options, option_from
 from tinylm.presets import preset_config
 from tinylm.stages.pretrain import PretrainStage
-from tinylm.train.config import TrainConfig
+from tinylm.stages.pretrain.config import PretrainConfig
 from tinylm.train.loop import run_training
 
 MAX_STEPS_FOR_TIME_BUDGET = 10**9  # the time budget, not the step count, ends these runs
@@ -64,17 +65,47 @@ def candidates_for(preset: str, archs: list[str], variants: list[str], common: d
     return out
 
 
+COMPARE_STEPS = 200  # the budget when neither --steps nor --time-budget is given
+# the options of every run that compare passes to the training engine as given
+TRAINING = ("data", "batch_size", "seq_len", "lr", "eval_every", "eval_batches", "log_every", "device", "dtype",
+            "threads")
+
+
 @dataclass
 class CompareOptions:
-    preset: str = "tiny"
-    archs: list[str] = field(default_factory=lambda: ["classic", "modern"])
-    variants: list[str] = field(default_factory=list)
-    overrides: dict[str, Any] = field(default_factory=dict)  # applied to every candidate
-    steps: int | None = None
-    time_budget: float | None = None
-    seeds: list[int] = field(default_factory=lambda: [1])
-    out: str = "compare"
-    train: dict[str, Any] = field(default_factory=dict)  # other TrainConfig fields (data, batch_size, lr, ...)
+    """What `tinylm compare` races and how: each option field is its flag (cli/commands/compare.py)."""
+
+    preset: str = option_from(PretrainConfig, "preset")
+    archs: list[str] = Option("comma list of classic,modern (may be empty)")(
+        default_factory=lambda: ["classic", "modern"])
+    variants: list[str] = Option("comma list of modern variants (may be empty)", choices=lambda: tuple(VARIANTS),
+                                 strict_choices=False)(default_factory=list)
+    overrides: dict[str, Any] = option_from(PretrainConfig, "overrides", note="for every candidate")
+    steps: int | None = STEPS(None, note=f"equal steps for every run (default: {COMPARE_STEPS}, unless --time-budget)")
+    time_budget: float | None = option_from(PretrainConfig, "time_budget", note="the same for every run")
+    seeds: list[int] = SEEDS(default_factory=lambda: [1])
+    out: str = Option("output folder")("compare")
+    data: str | None = option_from(PretrainConfig, "data")
+    batch_size: int = option_from(PretrainConfig, "batch_size", note="")
+    seq_len: int | None = option_from(PretrainConfig, "seq_len")
+    lr: float | None = option_from(PretrainConfig, "lr")
+    eval_every: int = option_from(PretrainConfig, "eval_every", 50)
+    eval_batches: int = option_from(PretrainConfig, "eval_batches")
+    log_every: int = option_from(PretrainConfig, "log_every")
+    device: str = option_from(PretrainConfig, "device")
+    dtype: str = option_from(PretrainConfig, "dtype", note="")
+    threads: int | None = option_from(PretrainConfig, "threads")
+    # any other PretrainConfig fields of every run (warmup_steps, ...); a field named here wins over the one above
+    train: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        if self.steps is not None and self.time_budget is not None:
+            raise TinyLMError("give exactly one budget: --steps N (equal steps) or --time-budget SECONDS (equal time)")
+        if self.steps is None and self.time_budget is None:
+            self.steps = COMPARE_STEPS
+        if not self.seeds:
+            raise TinyLMError("--seeds needs at least one seed")
 
 
 def _model_sizes(preset: str, candidate: Candidate) -> tuple[int, int]:
@@ -102,15 +133,12 @@ def dev_curve(run_dir: Path) -> list[dict[str, float]]:
 def run_compare(opts: CompareOptions, say=lambda line: None) -> dict[str, Any]:
     """Train every candidate for every seed under the same budget; write compare.md/png/json into opts.out."""
 
-    if (opts.steps is None) == (opts.time_budget is None):
-        raise TinyLMError("give exactly one budget: --steps N (equal steps) or --time-budget SECONDS (equal time)")
-    if not opts.seeds:
-        raise TinyLMError("--seeds needs at least one seed")
     out = Path(opts.out)
     candidates = candidates_for(opts.preset, opts.archs, opts.variants, opts.overrides)
     budget: dict[str, Any] = ({"max_steps": opts.steps} if opts.steps is not None else
                               {"max_steps": MAX_STEPS_FOR_TIME_BUDGET, "time_budget": opts.time_budget})
-    base = TrainConfig(preset=opts.preset, progress=True, sample_tokens=0, **{**opts.train, **budget})
+    given = {name: getattr(opts, name) for name in TRAINING}
+    base = PretrainConfig(preset=opts.preset, progress=True, sample_tokens=0, **{**given, **opts.train, **budget})
     check_writable(out)  # before any training, not after it
     runs: list[dict[str, Any]] = []
     for seed in opts.seeds:  # seed-major: a slow drift of the machine's speed touches every candidate alike

@@ -1,7 +1,7 @@
 """Training recipes `tinylm speedrun` races: each a set of changes to `tinylm train`'s defaults, defined here only.
 
 A recipe is written as changes joined by `+`: `muon+wsd+untied`. A change is a name from `CHANGES` or a
-plain `field=value`, where the field is a `TrainConfig` option (`lr=0.006`, `batch_size=8`) or a model
+plain `field=value`, where the field is a `PretrainConfig` option (`lr=0.006`, `batch_size=8`) or a model
 field (`qk_norm=true`, `n_blocks=6`), so a new idea can be raced before it has a name. `default` is
 `tinylm train` as it is; `adamw-default` is what it was before the record became it (AdamW on every
 parameter, no sequence-length warmup), the speedrun's reference, so the record table stays reproducible;
@@ -25,7 +25,7 @@ from tinylm.options import option_specs
 _ADAMW_DEFAULT: dict[str, Any] = {"optimizer": "adamw", "lr": 3e-3, "muon_momentum": 0.95,
                                   "seq_len_warmup_steps": 0}
 
-# name -> (what it is, the TrainConfig fields it sets; model fields under "overrides")
+# name -> (what it is, the PretrainConfig fields it sets; model fields under "overrides")
 CHANGES: dict[str, tuple[str, dict[str, Any]]] = {
     "default": ("tinylm train's defaults", {}),
     "adamw-default": ("tinylm train's defaults before the record: AdamW at 3e-3 on every parameter, no sequence-"
@@ -64,21 +64,21 @@ REFERENCE = "adamw-default"
 
 @dataclass(frozen=True)
 class Recipe:
-    """A named set of TrainConfig changes (model fields under `overrides`)."""
+    """A named set of PretrainConfig changes (model fields under `overrides`)."""
 
     spec: str
     changes: dict[str, Any] = field(default_factory=dict)
     description: str = ""
 
     def config_changes(self, common_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The fields to `replace` on a TrainConfig: model overrides merged over the common ones."""
+        """The fields to `replace` on a PretrainConfig: model overrides merged over the common ones."""
         out = {k: v for k, v in self.changes.items() if k != "overrides"}
         out["overrides"] = {**(common_overrides or {}), **self.changes.get("overrides", {})}
         return out
 
 
 def _train_field_value(name: str, raw: str, spec_text: str) -> Any:
-    """`raw` as the TrainConfig option `name` expects it (int, float, bool or text)."""
+    """`raw` as the PretrainConfig option `name` expects it (int, float, bool or text)."""
     spec = next(s for s in option_specs(_train_config_class()) if s.name == name)
     if spec.optional and raw.lower() in ("none", "null"):
         return None
@@ -98,12 +98,12 @@ def _train_field_value(name: str, raw: str, spec_text: str) -> Any:
 
 
 def _train_config_class() -> type:
-    from tinylm.train.config import TrainConfig  # here: train.config imports the engine's option table
+    from tinylm.stages.pretrain.config import PretrainConfig  # here: train.config imports the engine's option table
 
-    return TrainConfig
+    return PretrainConfig
 
 
-# TrainConfig fields a recipe may not set: where the run goes and what decides its budget belong to the speedrun
+# PretrainConfig fields a recipe may not set: where the run goes and what decides its budget belong to the speedrun
 _NOT_RECIPE = ("out", "data", "seed", "resume", "max_steps", "max_tokens", "time_budget", "device", "threads",
                "progress", "overrides", "preset", "eval_every", "eval_batches", "eval_batch_size", "log_every",
                "checkpoint_every", "keep_last", "sample_tokens")

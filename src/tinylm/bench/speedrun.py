@@ -32,58 +32,83 @@ from tinylm.bench.time_to_target import finite_or_none, median_ratio, ratio, rea
 from tinylm.checkpoint.read import read_checkpoint_config
 from tinylm.errors import TinyLMError
 from tinylm.metrics import read_metrics
+from tinylm.options import SEEDS, STEPS, Option, check_options, option_from
 from tinylm.runtime.attention_policy import has_blockwise_kernel
 from tinylm.stages.pretrain import PretrainStage
-from tinylm.train.config import DEMO_STEPS, TrainConfig
+from tinylm.stages.pretrain.config import PretrainConfig
+from tinylm.train.config import DEMO_STEPS
 from tinylm.train.loop import run_training
 
 UNBOUNDED_STEPS = 10**9  # the token budget, not a step count, ends every run
 DTYPE_FLAG = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
+# the options of every run that the speedrun passes to the training engine as given
+TRAINING = ("data", "eval_batches", "device", "dtype", "compile", "threads")
+FIRST_RUN_DECIDES = "auto: the reference's first run decides, every run keeps it"
+
+
 @dataclass
 class SpeedrunOptions:
-    preset: str = "tiny"
-    recipes: list[str] = field(default_factory=lambda: ["record"])
-    against: str = REFERENCE
-    target_bpb: float | None = None  # None: where the reference ends its budget, seed by seed
-    stop_at_target: bool = False  # every run ends at its first evaluation at or below target_bpb (screening)
-    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])
-    steps: int = DEMO_STEPS  # the reference's budget in its own steps; every run gets as many tokens
-    eval_every: int = 20  # in the reference's steps; a recipe with another batch evaluates at the same tokens
-    out: str = "speedrun"
-    train: dict[str, Any] = field(default_factory=dict)  # data, device, dtype, threads, eval_batches, overrides
+    """What `tinylm speedrun` races and how: each option field is its flag (cli/commands/speedrun.py)."""
+
+    preset: str = option_from(PretrainConfig, "preset")
+    recipes: list[str] = Option("recipes to race, comma-separated; each is changes joined by '+'", flag="--recipe",
+                                metavar="R[,R...]")(default_factory=lambda: ["record"])
+    against: str = Option("the reference recipe, trained beside them; the default is tinylm train's defaults "
+                          "before the record became them", metavar="R")(REFERENCE)
+    target_bpb: float | None = Option("dev bits per byte to reach (default: where the reference ends, seed by seed)",
+                                      low=0, low_open=True, metavar="X")(None)
+    stop_at_target: bool = Option("end every run at its first evaluation at or below --target-bpb (a quicker screen; "
+                                  "the final dev bpb is then where each run stopped)")(False)
+    seeds: list[int] = SEEDS(default_factory=lambda: [1, 2, 3])
+    steps: int = STEPS(DEMO_STEPS, note="the reference's budget in its steps; every run gets as many tokens")
+    eval_every: int = Option("reference steps between dev evaluations; other batches evaluate at the same tokens",
+                             low=1, high=10**9)(20)
+    eval_batches: int = option_from(PretrainConfig, "eval_batches")
+    overrides: dict[str, Any] = option_from(PretrainConfig, "overrides", note="for every run")
+    data: str | None = option_from(PretrainConfig, "data")
+    out: str = Option("output folder")("speedrun")
+    device: str = option_from(PretrainConfig, "device")
+    dtype: str = option_from(PretrainConfig, "dtype", note=FIRST_RUN_DECIDES)
+    compile: str = option_from(PretrainConfig, "compile", note=FIRST_RUN_DECIDES)
+    threads: int | None = option_from(PretrainConfig, "threads")
+    # any other PretrainConfig fields of every run; a field named here wins over the one above
+    train: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_options(self)
+        if not self.seeds:
+            raise TinyLMError("--seeds needs at least one seed")
+        if not self.recipes:
+            raise TinyLMError("--recipe needs at least one recipe")
+        if self.stop_at_target and self.target_bpb is None:
+            raise TinyLMError("--stop-at-target needs --target-bpb: without it the target is only known once the "
+                              "reference has finished")
 
 
 @dataclass
 class Entry:
-    """One racer: the reference (index 0) or a recipe, with the TrainConfig it trains under."""
+    """One racer: the reference (index 0) or a recipe, with the PretrainConfig it trains under."""
 
     name: str
     recipe: Recipe
-    config: TrainConfig
+    config: PretrainConfig
 
 
-def _row_length(cfg: TrainConfig) -> int:
+def _row_length(cfg: PretrainConfig) -> int:
     return cfg.seq_len or cfg.model_config().context_length
 
 
-def _tokens_per_step(cfg: TrainConfig) -> int:
+def _tokens_per_step(cfg: PretrainConfig) -> int:
     return cfg.batch_size * cfg.grad_accum * _row_length(cfg)
 
 
 def plan_entries(opts: SpeedrunOptions) -> tuple[list[Entry], int]:
     """The reference and each recipe as checked TrainConfigs, and the token budget they share."""
-    if not opts.seeds:
-        raise TinyLMError("--seeds needs at least one seed")
-    if not opts.recipes:
-        raise TinyLMError("--recipe needs at least one recipe")
-    if opts.stop_at_target and opts.target_bpb is None:
-        raise TinyLMError("--stop-at-target needs --target-bpb: without it the target is only known once the "
-                          "reference has finished")
-    train = dict(opts.train)
-    common_overrides = train.pop("overrides", {}) or {}
-    base = TrainConfig(preset=opts.preset, progress=False, sample_tokens=0, max_steps=UNBOUNDED_STEPS,
+    train = {**{name: getattr(opts, name) for name in TRAINING}, **opts.train}
+    common_overrides = {**opts.overrides, **(train.pop("overrides", {}) or {})}
+    base = PretrainConfig(preset=opts.preset, progress=False, sample_tokens=0, max_steps=UNBOUNDED_STEPS,
                        checkpoint_every=0, keep_last=1, **train)
     recipes = [parse_recipe(opts.against)] + [parse_recipe(spec) for spec in opts.recipes]
     names = ["reference: " + recipes[0].spec] + [r.spec for r in recipes[1:]]
@@ -129,7 +154,7 @@ def dev_curve(run_dir: Path) -> list[dict[str, float]]:
 
 
 def pinned_choices(checkpoint: str | None) -> dict[str, str]:
-    """The dtype, attention kernel and compile setting a finished run used, as TrainConfig values."""
+    """The dtype, attention kernel and compile setting a finished run used, as PretrainConfig values."""
     if checkpoint is None:
         return {}
     record = read_checkpoint_config(Path(checkpoint)).get("run_choices", {})
@@ -146,7 +171,7 @@ def pinned_choices(checkpoint: str | None) -> dict[str, str]:
     return pins
 
 
-def applicable_pins(pins: dict[str, str], cfg: TrainConfig) -> dict[str, str]:
+def applicable_pins(pins: dict[str, str], cfg: PretrainConfig) -> dict[str, str]:
     """The pinned choices a run takes: those it leaves on auto, and the attention kernel only where it has one.
 
     The classic model has its own attention and no kernel to choose, so `nanogpt` neither takes the

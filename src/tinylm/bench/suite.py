@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import platform
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -30,35 +30,67 @@ from tinylm.inference.decode_timing import cast_measuring_decode
 from tinylm.inference.int8 import quantize_int8
 from tinylm.models.accounting import attention_flops_per_token
 from tinylm.models.factory import build_model
+from tinylm.options import (
+    BATCH_SIZE,
+    COMPILE,
+    COUNT_LIMIT,
+    DEVICE,
+    DTYPE,
+    INT8,
+    THREADS,
+    Option,
+    check_options,
+    option_from,
+)
 from tinylm.presets import preset_config
 from tinylm.runtime.attention_policy import choose_attention, use_attention_kernel
+from tinylm.runtime.compile_policy import plan_compile
 from tinylm.runtime.device import configure_backends, describe, peak_flops, pick_device
 from tinylm.runtime.measure_cache import cpu_model_name
 from tinylm.runtime.precision import choose_precision, native_bf16
+from tinylm.stages.pretrain.config import PretrainConfig
 
 SECTIONS: tuple[str, ...] = ("matmul", "decode", "train", "loader", "tokenizer")
+# `--compile auto` asks what a long training run at the bench's shape would do: compile iff a compiled step measures
+# a sure gain, since over enough steps any gain pays the compile back (runtime/compile_policy.py)
+LONG_RUN_STEPS = 10**9
 
 
 @dataclass
 class BenchOptions:
-    preset: str = "tiny"
-    arch: str = "modern"
-    overrides: dict[str, Any] = field(default_factory=dict)
-    batch_size: int = 16
-    seq_len: int | None = None  # None = the model's context length
-    repeats: int = 5
-    warmup: int = 2
-    device: str = "auto"
-    dtype: str = "fp32"
-    threads: int | None = None
-    compile: bool = False
-    attention: str = "auto"  # tinylm's training attention kernel: auto | sdpa | blockwise, as `tinylm train`
-    reference: bool = True  # also measure `transformers`
-    decode_tokens: int = 128
-    int8: bool = False  # decode with int8 weights (what `tinylm generate --int8` runs); the reference stays float
-    sections: tuple[str, ...] = SECTIONS
-    profile: bool = False
-    seed: int = 0
+    """What `tinylm bench` measures and how: each option field is its flag (cli/commands/bench.py)."""
+
+    preset: str = option_from(PretrainConfig, "preset")
+    arch: str = option_from(PretrainConfig, "arch")
+    overrides: dict[str, Any] = option_from(PretrainConfig, "overrides")
+    batch_size: int = BATCH_SIZE(16)
+    seq_len: int | None = option_from(PretrainConfig, "seq_len")  # None = the model's context length
+    repeats: int = Option("timed repeats per measurement (the median is reported)", low=1, high=COUNT_LIMIT)(5)
+    warmup: int = Option("untimed training steps first", low=0, high=COUNT_LIMIT)(2)
+    device: str = DEVICE("auto")
+    dtype: str = DTYPE("fp32", note="fp32 keeps the figures comparable across machines; auto is what `tinylm train` "
+                                    "would pick")
+    threads: int | None = THREADS(None, note="for both sides")
+    compile: str = COMPILE("off", note="both models, tinylm per block and transformers whole, as their users do "
+                                       "(default: off); auto: as a long `tinylm train` run at this shape decides, by "
+                                       "the measured per-step gain (probed once per shape, then cached)")
+    attention: str = option_from(PretrainConfig, "attention")  # tinylm's training attention kernel
+    reference: bool = Option("skip the transformers measurements", flag="--no-reference")(True)
+    decode_tokens: int = Option("new tokens per decode measurement", high=COUNT_LIMIT)(128)
+    # decode with int8 weights (what `tinylm generate --int8` runs); the reference stays float
+    int8: bool = INT8(False, note="decoding, as `tinylm generate --int8` (transformers keeps float)")
+    sections: list[str] = Option("comma list of what to measure", flag="--only", metavar="SECTIONS", choices=SECTIONS,
+                                 strict_choices=False)(default_factory=lambda: list(SECTIONS))
+    profile: bool = Option("also print where a training step's time goes")(False)
+    seed: int = 0  # of the random weights and batches; not a flag (every bench measures the same model)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.compile, bool):  # compile=True from Python callers means "on"
+            self.compile = "on" if self.compile else "off"
+        check_options(self)
+        unknown = sorted(set(self.sections) - set(SECTIONS))
+        if unknown:
+            raise TinyLMError(f"unknown bench section(s) {', '.join(unknown)}: choose from {', '.join(SECTIONS)}")
 
 
 def _measured(m: Measurement | None) -> dict[str, Any] | None:
@@ -72,19 +104,14 @@ def _median(m: Measurement | None) -> float | None:
 def run_bench(opts: BenchOptions, say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Measure what `opts.sections` name; returns the JSON-ready result (see docs/benchmarks.md for the keys)."""
 
-    unknown = sorted(set(opts.sections) - set(SECTIONS))
-    if unknown:
-        raise TinyLMError(f"unknown bench section(s) {', '.join(unknown)}: choose from {', '.join(SECTIONS)}")
-    if opts.repeats < 1 or opts.batch_size < 1 or opts.warmup < 0:
-        raise TinyLMError("--repeats and --batch-size must be >= 1, --warmup >= 0")
     if opts.threads:
         torch.set_num_threads(opts.threads)
     device = pick_device(opts.device)
     configure_backends(device)
     config = preset_config(opts.preset, opts.arch, **opts.overrides)
     seq_len = opts.seq_len or config.context_length
-    if not 2 <= seq_len <= config.context_length:
-        raise TinyLMError(f"--seq-len must be in [2, context_length={config.context_length}] (got {seq_len})")
+    if seq_len > config.context_length:  # its lower bound is the option's own
+        raise TinyLMError(f"--seq-len must be <= context_length={config.context_length} (got {seq_len})")
     precision = choose_precision(device, opts.dtype, config, opts.batch_size, seq_len)
     dtype = precision.value
     say(f"dtype: {precision.reason}")
@@ -204,9 +231,11 @@ def _decode(model: torch.nn.Module, opts: BenchOptions, context: int, device: to
 def _train(model: torch.nn.Module, opts: BenchOptions, device: torch.device, dtype: torch.dtype, seq_len: int,
            peak: float | None, n_matmul: int) -> dict[str, Any]:
 
-    setup = StepSetup(opts.batch_size, seq_len, device, dtype, opts.compile)
     attention = choose_attention(opts.attention, model.config, opts.batch_size, seq_len, dtype, device)
     use_attention_kernel(model, attention.value)
+    compiled = plan_compile(opts.compile, LONG_RUN_STEPS, None, model_config=model.config, batch_size=opts.batch_size,
+                            seq_len=seq_len, dtype=dtype, device=device, attention=attention.value)
+    setup = StepSetup(opts.batch_size, seq_len, device, dtype, compiled.value)
     batch = random_batch(model.config.vocab_size, setup, opts.seed)
     reference_error = None
     hf = None
@@ -230,6 +259,7 @@ def _train(model: torch.nn.Module, opts: BenchOptions, device: torch.device, dty
         "reference_train_tokens_per_s": _median(ref), "reference_train": _measured(ref),
         "train_ratio_vs_transformers": ratio(mine, ref), "train_reference_error": reference_error,
         "attention_kernel": attention.value, "attention_reason": attention.reason,
+        "compiled": compiled.value, "compile_reason": compiled.reason,
         "reference_model": None if hf is None else type(hf).__name__,
         "mfu": mfu(mine, 6 * n_matmul),
         "mfu_with_attention": mfu(mine, model.flops_per_token(seq_len)),
@@ -276,6 +306,8 @@ def format_table(result: dict[str, Any]) -> str:
     lines.append(f"dtype: {result['dtype_reason']}")
     if result.get("attention_reason"):
         lines.append(f"attention (training step): {result['attention_reason']}")
+    if result.get("compile_reason") and o.get("compile") != "off":
+        lines.append(f"compile (both models): {result['compile_reason']}")
     if result.get("decode_dtype_reason"):
         lines.append(f"decode weights: {result['decode_dtype_reason']}")
     if result.get("decode_roofline_tokens_per_s"):

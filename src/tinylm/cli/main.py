@@ -25,7 +25,11 @@ from tinylm.stages import STAGES, StageSpec, command_of, stage_of_command
 
 TOOLS: tuple[str, ...] = ("generate", "chat", "eval", "serve", "export", "import", "report", "bench", "compare",
                           "speedrun", "plot", "pipeline", "studio")
-COMMANDS: tuple[str, ...] = ("prepare", *(command_of(name) for name in STAGES), *TOOLS)
+
+
+def commands() -> tuple[str, ...]:
+    """Every command: prepare, one per row of the stage table (read now: a row added is a command), the tools."""
+    return ("prepare", *(command_of(name) for name in STAGES), *TOOLS)
 
 
 class StageCommand:
@@ -75,7 +79,7 @@ def _built_module(name: str) -> Any:
 
 
 def _available_modules() -> dict[str, Any]:
-    return {name: module for name in COMMANDS if (module := _built_module(name)) is not None}
+    return {name: module for name in commands() if (module := _built_module(name)) is not None}
 
 
 def _fill(parser: argparse.ArgumentParser, module: Any) -> argparse.ArgumentParser:
@@ -98,7 +102,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
 
 def command_parser(name: str) -> argparse.ArgumentParser | None:
     """The parser of one command alone, as `build_parser` makes it, without building the others."""
-    module = _built_module(name) if name in COMMANDS else None
+    module = _built_module(name) if name in commands() else None
     if module is None:
         return None
     return _fill(OneLineParser(prog=f"tinylm {name}", description=module.__doc__,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from tinylm.options import COUNT_LIMIT, SEED
+from tinylm.options import SEED
 
 
 def plain_int(text: str) -> int:
@@ -72,14 +72,26 @@ def bounded_float(low: float, high: float = math.inf, low_open: bool = False) ->
     return parse
 
 
+def one_of(choices: Sequence[str]) -> Callable[[str], str]:
+    """A type that takes one of `choices` (an item of a comma list; a single value gets argparse's `choices`)."""
+
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"invalid choice {text!r} (choose from {', '.join(choices)})")
+        return text
+
+    parse.__name__ = "str"
+    return parse
+
+
+def comma_list(item: Callable[[str], object]) -> Callable[[str], list]:
+    """A type that parses a comma list (`1,2,3`; empty is []), each item by `item`, which names a bad one."""
+
+    def parse(text: str) -> list:
+        return [item(part.strip()) for part in text.split(",") if part.strip()]
+
+    parse.__name__ = "list"
+    return parse
+
+
 seed = bounded_int(int(SEED.low or 0), int(SEED.high or 0), SEED.reason)  # the --seed option's own range
-
-
-def seed_list(text: str) -> list[int]:
-    """A comma list of seeds, each checked as --seed is."""
-    parts = [part.strip() for part in text.split(",") if part.strip()]
-    if not parts:
-        raise argparse.ArgumentTypeError("expected a comma list of seeds, e.g. 1,2,3")
-    return [seed(part) for part in parts]
-
-count = bounded_int(1, COUNT_LIMIT)

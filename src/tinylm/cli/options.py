@@ -8,17 +8,25 @@ Two ways in, one declaration:
   are checked by the config itself (`check_options`, exit 1), because a config also comes from Python,
   the pipeline's TOML and the studio, and must refuse the same values with the same words there.
 - `add_option(parser, "seed", SEED, default=0)` adds one shared option to a command that has no
-  config class (generate, eval, serve...): there argparse is the only gate, so it checks the range too
+  config class (generate, serve...): there argparse is the only gate, so it checks the range too
   (`argument --seed: must be an integer in [0, 4294967295] ...`, exit 2).
+
+A tool's options class (EvalOptions, BenchOptions, CompareOptions, SpeedrunOptions) is a config class too:
+`add_config_options(parser, EvalOptions, checked_here=True)` generates its flags and argparse also checks
+their ranges, as a tool's flags always were (exit 2); the class checks them again for Python callers. A
+`list[int]` or `list[str]` field is a comma list (`--seeds 1,2,3`), each item checked as one value is.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import types
+import typing
+from collections.abc import Callable
 from typing import Any
 
-from tinylm.cli.option_types import bounded_float, bounded_int, plain_float, plain_int
+from tinylm.cli.option_types import bounded_float, bounded_int, comma_list, one_of, plain_float, plain_int
 from tinylm.options import Option, OptionSpec, declaring_depth, option_specs
 
 Group = argparse.ArgumentParser | argparse._ArgumentGroup
@@ -47,7 +55,8 @@ def _help(option: Option, kind: str, default: Any, note: str) -> str:
     if option.choices is not None and not option.strict_choices:
         text += f" (one of: {', '.join(option.choice_list())})"
     if default not in (None, False, "", [], {}) and option.const is None and kind != "bool":
-        text += f" (default: {default})"
+        shown = ",".join(str(item) for item in default) if isinstance(default, list | tuple) else default
+        text += f" (default: {shown})"
     return text.replace("%", "%%")  # argparse %-formats help strings
 
 
@@ -64,9 +73,21 @@ def _number_type(option: Option, kind: str, checked_here: bool) -> Any:
                          math.inf if option.high is None else option.high, option.low_open)
 
 
+def _item_type(option: Option, kind: str, checked_here: bool) -> Callable[[str], Any]:
+    """What parses one item of a comma-list option."""
+    if kind in ("int", "float"):
+        return _number_type(option, kind, checked_here)
+    if checked_here and option.choices is not None and option.strict_choices:
+        return one_of(option.choice_list())
+    return str
+
+
 def add_argument(group: Group, name: str, option: Option, kind: str, default: Any, note: str = "",
-                 checked_here: bool = True) -> argparse.Action:
-    """One flag for one option; `checked_here`: argparse refuses out-of-range values (no config checks them)."""
+                 checked_here: bool = True, item_kind: str = "str") -> argparse.Action:
+    """One flag for one option; `checked_here`: argparse refuses out-of-range values (no config checks them).
+
+    A "list" option is one comma list of `item_kind` values.
+    """
     flag = option.flag_for(name)
     kwargs: dict[str, Any] = {"dest": name, "help": _help(option, kind, default, note)}
     if kind == "bool":
@@ -81,6 +102,8 @@ def add_argument(group: Group, name: str, option: Option, kind: str, default: An
         kwargs.update(nargs="?", const=option.const)
     if kind in ("int", "float"):
         kwargs["type"] = _number_type(option, kind, checked_here)
+    elif kind == "list":
+        kwargs["type"] = comma_list(_item_type(option, item_kind, checked_here))
     elif option.choices is not None and option.strict_choices:
         kwargs["choices"] = option.choice_list()
         kwargs.pop("metavar")
@@ -104,8 +127,20 @@ def add_config_option(parser: Group, cls: type, name: str, default: Any = _UNSET
                         note or spec.note)
 
 
-def add_config_options(parser: argparse.ArgumentParser, cls: type) -> None:
-    """A flag for every option field of `cls`, in the groups the fields declare, the stage's own groups first."""
+def _item_kind(cls: type, name: str) -> str:
+    """The type of a list field's items ("int" for `list[int]`), as a kind."""
+    hint = typing.get_type_hints(cls)[name]
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)  # `list[int] | None`
+    lists = [arg for arg in (typing.get_args(hint) if union else (hint,)) if typing.get_origin(arg) in (list, tuple)]
+    items = typing.get_args(lists[0]) if lists else ()
+    return items[0].__name__ if items and isinstance(items[0], type) else "str"
+
+
+def add_config_options(parser: argparse.ArgumentParser, cls: type, *, checked_here: bool = False) -> None:
+    """A flag for every option field of `cls`, in the groups the fields declare, the stage's own groups first.
+
+    `checked_here`: argparse refuses out-of-range values too (a tool's options); otherwise only `cls` does.
+    """
     specs = option_specs(cls)
     depth = {spec.name: declaring_depth(cls, spec.name) for spec in specs}
     order = {group: min(depth[s.name] for s in specs if s.group == group) for group in {s.group for s in specs}}
@@ -114,7 +149,8 @@ def add_config_options(parser: argparse.ArgumentParser, cls: type) -> None:
         if spec.group not in groups:
             groups[spec.group] = parser.add_argument_group(spec.group) if spec.group else parser
         add_argument(groups[spec.group], spec.name, spec.option, spec.kind, spec.default, spec.note,
-                     checked_here=False)
+                     checked_here=checked_here,
+                     item_kind=_item_kind(cls, spec.name) if spec.kind == "list" else "str")
 
 
 def _value(spec: OptionSpec, value: Any) -> Any:

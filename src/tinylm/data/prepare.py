@@ -38,6 +38,7 @@ from tinylm.data.chunks import MAX_DOCUMENT_CHARS, cut_documents
 from tinylm.data.corpus import Corpus
 from tinylm.data.corpus_report import check_replacements, replacement_note, skipped_note
 from tinylm.data.encode import encode_corpus
+from tinylm.data.folders import default_data_dir
 from tinylm.data.long_runs import MAX_RUN_CHARS, cut_long_runs
 from tinylm.data.progress import Heartbeat, Progress
 from tinylm.data.shards import SPLITS, TOKENIZER_FILE, check_data_dir, shard_dtype
@@ -46,7 +47,6 @@ from tinylm.data.split import is_dev
 from tinylm.data.staging import ShardWriter, Staging
 from tinylm.data.tail_split import dev_tail_length, needs_tail, split_as_tail
 from tinylm.errors import TinyLMError
-from tinylm.paths import default_data_dir
 from tinylm.tokenizer.load import load_tokenizer
 from tinylm.tokenizer.r50k import load_r50k
 from tinylm.tokenizer.tokenizer import Tokenizer

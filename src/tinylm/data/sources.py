@@ -9,6 +9,7 @@ from tinylm.data.corpus import Corpus
 from tinylm.data.files import local_corpus
 from tinylm.data.hf import hf_corpus
 from tinylm.data.pystdlib import pystdlib_corpus
+from tinylm.data.rows.hf_spec import is_hf_spec
 from tinylm.errors import TinyLMError
 
 
@@ -18,6 +19,6 @@ def open_corpus(spec: str, text_field: str = "text") -> Corpus:
         raise TinyLMError("--corpus is empty: give pystdlib, a path, a glob or hf:NAME")
     if spec == "pystdlib":
         return pystdlib_corpus()
-    if spec.startswith("hf:"):
+    if is_hf_spec(spec):
         return hf_corpus(spec, text_field)
     return local_corpus(spec, text_field)

@@ -28,10 +28,15 @@ from tinylm.tokenizer.tokenizer import Tokenizer
 
 
 def pretraining_data(meta: dict[str, Any]) -> Path:
-    """The data folder of the pretraining at the root of a checkpoint's lineage."""
+    """The data folder of the pretraining at the root of a checkpoint's lineage: the first link that learned from
+    a prepared data folder (one with a dev split), else the first that started a fresh model (`from` none)."""
     lineage = meta.get("lineage") if isinstance(meta.get("lineage"), list) else []
-    for link in [*lineage, meta]:
-        if isinstance(link, dict) and link.get("stage") == "pretrain" and link.get("data"):
+    links = [link for link in [*lineage, meta] if isinstance(link, dict) and link.get("data")]
+    for link in links:
+        if (Path(str(link["data"])) / "dev.bin").is_file():
+            return Path(str(link["data"]))
+    for link in links:
+        if "from" in link and link["from"] is None:
             return Path(str(link["data"]))
     raise TinyLMError(f"checkpoint {meta.get('path', '?')} names no pretraining data in its lineage: "
                       "give the prepared folder as bpb:DIR")

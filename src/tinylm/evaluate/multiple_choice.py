@@ -23,13 +23,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from torch import nn
 
+from tinylm.data.rows.error import RowError
+from tinylm.data.rows.read import no_rows, read_rows
 from tinylm.errors import TinyLMError
 from tinylm.evaluate.loglikelihood import score_continuations
-from tinylm.tasks.rows import read_rows
 from tinylm.tokenizer.tokenizer import Tokenizer
 
 DELIMITER = " "  # lm-eval's default target_delimiter between context and choice
@@ -86,26 +88,28 @@ def _mmlu(row: dict[str, Any]) -> Question:
 LAYOUTS: dict[str, Callable[[dict[str, Any]], Question]] = {"hellaswag": _hellaswag, "arc": _arc, "mmlu": _mmlu}
 
 
+def _question(layout: str, row: Any) -> Question:
+    """One row in `layout` as a checked question; RowError says what is wrong with it."""
+    try:
+        question = LAYOUTS[layout](row)
+        if len(question.choices) < 2 or not 0 <= question.gold < len(question.choices):
+            raise ValueError(f"needs at least 2 choices and a gold index among them, got {question.gold}")
+        if not all(isinstance(c, str) and c for c in question.choices) or not question.context:
+            raise ValueError("context and choices must be non-empty strings")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise RowError(f"not a valid {layout} row ({what})") from None
+    return question
+
+
 def load_questions(layout: str, source: str, limit: int | None = None) -> list[Question]:
-    """The questions of a JSONL file (or `hf:` dataset) in `layout`; a malformed row is one line naming file:line."""
+    """The questions of a data file (or `hf:` dataset, split `test` unless named) in `layout`, read by the one row
+    reader (`data/rows/`); a malformed row is one line naming file:line."""
     if layout not in LAYOUTS:
         raise TinyLMError(f"unknown multiple-choice layout {layout!r} (known: {', '.join(LAYOUTS)})")
-    questions = []
-    for place, row in read_rows(source):
-        try:
-            question = LAYOUTS[layout](row)
-            if len(question.choices) < 2 or not 0 <= question.gold < len(question.choices):
-                raise ValueError(f"needs at least 2 choices and a gold index among them, got {question.gold}")
-            if not all(isinstance(c, str) and c for c in question.choices) or not question.context:
-                raise ValueError("context and choices must be non-empty strings")
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise TinyLMError(f"{place}: not a valid {layout} row ({what})") from None
-        questions.append(question)
-        if limit is not None and len(questions) == limit:
-            break
+    questions = read_rows(source, partial(_question, layout), split="test", limit=limit).parsed
     if not questions:
-        raise TinyLMError(f"{source}: no {layout} rows")
+        raise no_rows(source, f"{layout} rows", [])
     return questions
 
 

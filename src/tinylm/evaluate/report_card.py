@@ -19,6 +19,7 @@ import base64
 import html
 import io
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,19 +32,9 @@ from tinylm.metrics import METRICS, read_metrics
 from tinylm.models.factory import build_model
 
 REPORT_MD, REPORT_HTML = "report.md", "report.html"
-CURVES = {  # figure -> the metric keys drawn in it, when the run logged them
-    "loss": ("loss", "dev_loss"),
-    "reward": ("reward", "accuracy", "reward_chosen", "reward_rejected", "reward_margin", "reward_accuracy"),
-    "evaluation": ("exact_match", "dev_bpb", "dev_accuracy", "dev_margin"),
-}
-# RL optimises the reward, so it leads, with the held-out exact-match. Its policy loss is left out: GRPO's is 0 by
-# construction (advantages centred per group) and every surrogate's value says nothing of progress. PPO's value
-# loss is a regression that does fall, so it stays, last.
-RL_CURVES = {
-    "reward": ("reward", "accuracy"),
-    "evaluation": ("exact_match",),
-    "value_loss": ("value_loss",),
-}
+Curves = dict[str, tuple[str, ...]]  # figure -> the metric keys drawn in it, when the run logged them
+# a run's stage -> its figures: the stage table's (stages.report_curves), which evaluate cannot import
+CurvesOf = Callable[[str | None], Curves]
 
 
 @dataclass
@@ -129,14 +120,9 @@ def _curve_png(rows: list[dict[str, Any]], keys: tuple[str, ...], title: str) ->
     return buffer.getvalue()
 
 
-def curve_keys(stage: str | None) -> dict[str, tuple[str, ...]]:
-    """The figures of a run's card, in order: each name and the metric keys drawn in it."""
-    return RL_CURVES if stage == "rl" else CURVES
-
-
-def curves_section(rows: list[dict[str, Any]], stage: str | None) -> Section:
+def curves_section(rows: list[dict[str, Any]], curves: Curves) -> Section:
     section = Section("Curves")
-    for name, keys in curve_keys(stage).items():
+    for name, keys in curves.items():
         png = _curve_png(rows, keys, name)
         if png is not None:
             section.figures.append((name, png))
@@ -162,13 +148,13 @@ def _evals_sections(evaluations: list[dict[str, Any]]) -> list[Section]:
     return [section, samples] if samples.code else [section]
 
 
-def gather(run: Path) -> tuple[str, list[Section]]:
+def gather(run: Path, curves_of: CurvesOf) -> tuple[str, list[Section]]:
 
     checkpoint = resolve_checkpoint(run)
     meta = read_checkpoint_config(checkpoint)
     rows = read_metrics(run, say=lambda line: None) if (run / METRICS).is_file() else []
     sections = [_model_section(meta), _lineage_section(meta), _training_section(rows, meta),
-                curves_section(rows, meta.get("stage")), *_evals_sections(read_evaluations(run))]
+                curves_section(rows, curves_of(meta.get("stage"))), *_evals_sections(read_evaluations(run))]
     return f"{run.resolve().name}: {meta.get('stage', '?')} checkpoint {checkpoint.name}", sections
 
 
@@ -234,9 +220,9 @@ def write_card(folder: Path, title: str, sections: list[Section]) -> Path:
     return folder / REPORT_HTML
 
 
-def write_report_card(run: str | Path) -> Path:
+def write_report_card(run: str | Path, curves_of: CurvesOf) -> Path:
     """(Re)build a run's report card from its folder; returns the HTML's path."""
     run = Path(run)
     if not run.is_dir():
         raise TinyLMError(f"run folder not found: {run}")
-    return write_card(run, *gather(run))
+    return write_card(run, *gather(run, curves_of))

@@ -12,12 +12,14 @@
                              held-out pair of a task spec more probability than the task's wrong one
 
 Which specs name a task, and which task, is `tasks/registry.py`'s alone; this module only adds the
-kinds that are not tasks. FILE may be `hf:NAME?config=C&split=S` where a network is at hand.
+kinds that are not tasks. FILE may be `hf:NAME[:CONFIG][:SPLIT]` (split `test` unless named) where a
+network is at hand; files and datasets are read by the one row reader (`data/rows/`).
 Multiple-choice tasks also feed the chance-centred aggregate `core` (`core.py`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -32,6 +34,7 @@ from tinylm.evaluate.bpb import corpus_bpb, pretraining_data
 from tinylm.evaluate.exact_match import exact_match, pass_at_k
 from tinylm.evaluate.multiple_choice import load_questions, score_questions
 from tinylm.evaluate.preference_accuracy import preference_accuracy
+from tinylm.options import BATCH_SIZE, COUNT_LIMIT, MAX_NEW_TOKENS, SEED, TEMPERATURE, Option, check_options
 from tinylm.tasks.preference_pairs import preference_pairs
 from tinylm.tasks.registry import get_task, is_task_spec
 from tinylm.tasks.task import Task
@@ -44,21 +47,24 @@ KNOWN = "bpb, bpb:DIR, builtin:NAME, code, gsm8k:FILE, hellaswag:FILE, arc:FILE,
 
 @dataclass
 class EvalOptions:
-    examples: int = 200  # problems per generative task, questions per multiple-choice file, pairs (at most)
-    seed: int = 0
-    batch_size: int = 32
-    max_new_tokens: int = 32
-    pass_k: int = 0  # 0: greedy exact-match only; k: also pass@k from `samples` sampled replies
-    samples: int = 0  # replies per problem for pass@k (0: 2k)
-    temperature: float = 0.8  # for pass@k's samples
-    bpb_batches: int = 20  # dev batches of batch_size windows
+    """How `tinylm eval` (and the pipeline's [eval] table) scores: each field is its flag (cli/commands/eval.py)."""
+
+    examples: int = Option("problems / questions / pairs per task, at most", low=1, high=COUNT_LIMIT)(200)
+    seed: int = SEED(0)
+    batch_size: int = BATCH_SIZE(32)
+    max_new_tokens: int = dataclasses.replace(MAX_NEW_TOKENS, low=1)(32)  # a reply of no tokens scores nothing
+    pass_k: int = Option("also pass@K for generative tasks, from sampled replies; 0 = greedy exact-match only",
+                         low=0, high=1000, metavar="K")(0)
+    samples: int = Option("sampled replies per problem for pass@K (0: 2K)", low=0, high=1000, metavar="N")(0)
+    temperature: float = TEMPERATURE(0.8, note="of pass@K's samples, > 0")
+    bpb_batches: int = Option("dev batches for bpb, of --batch-size windows", low=1, high=COUNT_LIMIT)(20)
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def validate(self) -> None:
-        for name in ("examples", "batch_size", "max_new_tokens", "bpb_batches"):
-            if getattr(self, name) < 1:
-                raise TinyLMError(f"--{name.replace('_', '-')} must be >= 1 (got {getattr(self, name)})")
-        if self.pass_k < 0 or self.samples < 0:
-            raise TinyLMError("--pass-k and --samples must be >= 0")
+        """Each option's own range, then what no single option can say."""
+        check_options(self)
         if self.pass_k and self.samples and self.samples < self.pass_k:
             raise TinyLMError(f"--samples {self.samples} is fewer than --pass-k {self.pass_k}")
         if self.pass_k and not self.temperature > 0:

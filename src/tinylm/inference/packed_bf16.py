@@ -18,15 +18,26 @@ are never packed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
 
 
 def can_pack(weight: torch.Tensor) -> bool:
-    """A bf16 CPU weight, and a torch built with the oneDNN linear ops."""
-    return (weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_linear_pointwise") and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+    """A bf16 CPU weight, a torch built with the oneDNN linear ops, and a CPU that has oneDNN's bf16 kernels."""
+    return weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and cpu_packs_bf16()
+
+
+@functools.cache
+def cpu_packs_bf16() -> bool:
+    """oneDNN packs bf16 weights only on CPUs with its bf16 instructions (AVX512-BW/VL/DQ or AVX-NE-CONVERT): an
+    AVX2-only CPU (many AMD EPYCs, most laptops) refuses the reorder, and its weights stay plain."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(probe()) if probe is not None else True
 
 
 def packed_linear(weight: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:

@@ -3,7 +3,7 @@
     out = "runs/pipeline"
     task = "builtin:arith?digits=2&ops=+"  # what SFT, DPO and GRPO learn and eval measures
 
-    [pretrain]                                # any TrainConfig field
+    [pretrain]                                # any PretrainConfig field
     max_steps = 1200
     [sft]                                     # any SFTConfig field
     lr = 5e-4

@@ -20,10 +20,11 @@ from tinylm.errors import TinyLMError
 from tinylm.evaluate.report_card import write_report_card
 from tinylm.evaluate.scores import evaluate_checkpoint, record
 from tinylm.evaluate.tasks import EvalOptions, Generative, parse_tasks
-from tinylm.pipeline.config import PipelineConfig
+from tinylm.pipeline.config import STAGES, PipelineConfig
 from tinylm.pipeline.gains import stage_gains
 from tinylm.pipeline.stages import UNSTABLE, prepare_data, settings_of, stage_config, stage_object
 from tinylm.pipeline.state import PipelineState
+from tinylm.stages import report_curves
 from tinylm.train.loop import run_training
 
 STOPPED_EARLY = {"nan": "stopped on a non-finite loss", "interrupted": "was interrupted"}
@@ -52,8 +53,9 @@ class _Road:
         self.skipped: list[str] = []
 
     def prepare(self) -> Path:
-        pretrain = {k: v for k, v in self.config.section("pretrain").items() if k not in UNSTABLE}
-        settings = {"prepare": self.config.section("prepare"), "pretrain": pretrain}
+        first = STAGES[0]  # the stage whose model the data is prepared for
+        model = {k: v for k, v in self.config.section(first).items() if k not in UNSTABLE}
+        settings = {"prepare": self.config.section("prepare"), first: model}
         done = self.state.finished("prepare", settings, derived=True)
         if done is not None:
             self.skipped.append("prepare")
@@ -123,7 +125,7 @@ class _Road:
         for name, record_ in trained.items():
             self.say(f"== eval {name}: {record_['checkpoint']}")
             evaluation = evaluate_checkpoint(record_["checkpoint"], tasks, options)
-            write_report_card(record(evaluation))
+            write_report_card(record(evaluation), report_curves)
             scores[name], outcomes[name] = evaluation.scores(), evaluation.outcomes()
         self.ran.append("eval")
         done = self.state.finish("eval", scores=scores, outcomes=outcomes, wall_s=time.perf_counter() - start)

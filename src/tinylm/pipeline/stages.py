@@ -1,7 +1,7 @@
 """Each step of the road as a call to its stage's Python API: the same engine and stages the commands use.
 
     prepare   data/prepare.py `prepare_dataset` (the embedded corpus by default, reused when up to date)
-    pretrain  run_training(TrainConfig, stage=PretrainStage())        OUT/pretrain
+    pretrain  run_training(PretrainConfig, stage=PretrainStage())     OUT/pretrain
     sft       run_training(SFTConfig(base=OUT/pretrain), SFTStage())  OUT/sft
     dpo       run_training(DPOConfig(base=OUT/sft), DPOStage())       OUT/dpo
     grpo      run_training(RLConfig(base=OUT/dpo), RLStage())         OUT/grpo  (the RL slot, any --algo)
@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.data.prepare import prepare_dataset
-from tinylm.pipeline.config import PipelineConfig, slot_stage
-from tinylm.train.config import TrainConfig
+from tinylm.pipeline.config import STAGES, PipelineConfig, slot_stage
 from tinylm.train.stage import Stage
 
 UNSTABLE = ("resume", "progress")  # settings that may differ between a run and its continuation
@@ -28,9 +27,10 @@ def stage_object(slot: str) -> Stage:
 
 
 def prepare_data(pipeline: PipelineConfig, progress: bool) -> Path:
-    """The prepared corpus for the pretraining model's vocabulary and window."""
-
-    model = TrainConfig(**pipeline.section("pretrain")).model_config()
+    """The prepared corpus for the first stage's model (its vocabulary and window): the one that trains a fresh
+    model on it."""
+    first = STAGES[0]
+    model = slot_stage(first).config(**pipeline.section(first)).model_config()
     options = {"vocab_size": model.vocab_size, **pipeline.section("prepare")}
     return prepare_dataset(**options, progress=progress, context_length=model.context_length)
 
@@ -46,7 +46,7 @@ def stage_config(name: str, pipeline: PipelineConfig, folder: Path, data: Path |
         wired[spec.learns_from] = pipeline.task
     else:
         wired["data"] = str(data)
-    shared = {"dtype": pipeline.dtype} if pipeline.dtype and spec.name != "rl" else {}  # a table's own wins
+    shared = {"dtype": pipeline.dtype} if pipeline.dtype and not spec.pins_dtype else {}  # a table's own wins
     return spec.config(**{**shared, **pipeline.section(name), **wired})
 
 

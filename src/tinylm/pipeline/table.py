@@ -18,6 +18,7 @@ from typing import Any
 
 from tinylm.evaluate.report_card import Section, gather, write_card
 from tinylm.pipeline.gains import stage_gains
+from tinylm.stages import report_curves
 
 COLUMNS = (("exact-match", "exact_match", "{:.1%}"), ("pref. acc", "preference_accuracy", "{:.1%}"),
            ("bpb", "bpb", "{:.3f}"))
@@ -53,7 +54,7 @@ def format_table(header: list[str], cells: list[list[str]]) -> str:
 def write_pipeline_card(out: Path, header: list[str], cells: list[list[str]], wall_s: float,
                         final_run: Path) -> Path:
     """OUT/report.md and OUT/report.html: the stage table, then the final stage's card."""
-    _, final_sections = gather(final_run)
+    _, final_sections = gather(final_run, report_curves)
     sections = [Section("Stage table", text=[f"total wall time {_minutes(wall_s)}; each stage's own card is "
                                              "report.html in its folder"], table=(header, cells)),
                 *(Section(f"Final model: {s.title}", s.text, s.table, s.figures, s.code) for s in final_sections)]

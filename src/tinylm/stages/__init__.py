@@ -13,23 +13,49 @@ except through what they share (from_base.py, post_config.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from tinylm.stages.post_config import PostTrainConfig
+from tinylm.stages.post_config import FromBaseConfig
 from tinylm.stages.preference.config import DPOConfig, RewardConfig
 from tinylm.stages.preference.dpo import DPOStage
 from tinylm.stages.preference.losses import LOSSES
+from tinylm.stages.preference.preview import pair_preview
 from tinylm.stages.preference.reward import RewardStage
+from tinylm.stages.pretrain.config import PretrainConfig
+from tinylm.stages.pretrain.preview import text_preview
 from tinylm.stages.pretrain.stage import PretrainStage
+from tinylm.stages.preview_rows import DataPreview
 from tinylm.stages.rl.algorithms import algorithms
 from tinylm.stages.rl.config import RLConfig
+from tinylm.stages.rl.preview import prompt_preview
 from tinylm.stages.rl.stage import RLStage
 from tinylm.stages.sft.config import SFTConfig
+from tinylm.stages.sft.preview import conversation_preview
 from tinylm.stages.sft.stage import SFTStage
-from tinylm.train.config import TrainConfig
+from tinylm.tokenizer.tokenizer import Tokenizer
+from tinylm.train.config import EngineConfig
 from tinylm.train.stage import Stage
 
 Scores = tuple[tuple[str, str, str], ...]  # (metric key, label, format) shown as "label before -> after"
+Curves = dict[str, tuple[str, ...]]  # report-card figure -> the metric keys drawn in it, when the run logged them
+# (data spec, the base run's tokenizer or None, rows, seed) -> the first rows as the stage renders them
+Preview = Callable[[str, Tokenizer | None, int, int], DataPreview]
+
+CURVES: Curves = {
+    "loss": ("loss", "dev_loss"),
+    "reward": ("reward", "accuracy", "reward_chosen", "reward_rejected", "reward_margin", "reward_accuracy"),
+    "evaluation": ("exact_match", "dev_bpb", "dev_accuracy", "dev_margin"),
+}
+# RL optimises the reward, so it leads, with the held-out exact-match. Its policy loss is left out: GRPO's is 0 by
+# construction (advantages centred per group) and every surrogate's value says nothing of progress. PPO's value
+# loss is a regression that does fall, so it stays, last.
+RL_CURVES: Curves = {
+    "reward": ("reward", "accuracy"),
+    "evaluation": ("exact_match",),
+    "value_loss": ("value_loss",),
+}
 
 
 @dataclass(frozen=True)
@@ -38,17 +64,34 @@ class StageSpec:
 
     name: str
     help: str
-    config: type[TrainConfig]
+    config: type[EngineConfig]
     stage: type[Stage]
-    learns_from: str = "data"  # the config field naming what it learns from; the pipeline wires it
+    command: str = ""  # `tinylm COMMAND` (default: the name)
     scores: Scores = ()  # the scores its closing line shows before -> after
     plots: tuple[str, ...] = ("loss.png",)  # the run folder's plots its closing lines point at
+    curves: Curves = field(default_factory=lambda: dict(CURVES))  # the figures of its runs' report cards
+    preview: Preview | None = None  # what the studio's data page shows of a spec before a run (None: nothing)
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            object.__setattr__(self, "command", self.name)
 
     @property
     def starts_from_base(self) -> bool:
-        return issubclass(self.config, PostTrainConfig)
+        return issubclass(self.config, FromBaseConfig)
 
-    def default_config(self) -> TrainConfig:
+    @property
+    def learns_from(self) -> str:
+        """The config field naming what it learns from (the pipeline wires it; the lineage records it)."""
+        return getattr(self.stage, "learns_from", "data")
+
+    @property
+    def pins_dtype(self) -> bool:
+        """Its config fixes a dtype of its own (RL: the sampler's and the trainer's log-probs agree in fp32), which
+        a setting shared by several stages (the pipeline's dtype) leaves alone."""
+        return next(f.default for f in dataclasses.fields(self.config) if f.name == "dtype") != "auto"
+
+    def default_config(self) -> EngineConfig:
         """The defaults, as a form or --help shows them (a stage that needs --base gets a placeholder)."""
         return self.config(**({"base": "-"} if self.starts_from_base else {}))
 
@@ -58,27 +101,31 @@ _PAIR_SCORES: Scores = (("dev_accuracy", "held-out preference accuracy", "{:.1%}
 _EXACT = ("exact_match", "held-out exact-match", "{:.1%}")
 
 STAGES: dict[str, StageSpec] = {spec.name: spec for spec in (
-    StageSpec("pretrain", "pretrain a model (no arguments: the demo on the embedded corpus)", TrainConfig,
-              PretrainStage),
+    StageSpec("pretrain", "pretrain a model (no arguments: the demo on the embedded corpus)", PretrainConfig,
+              PretrainStage, command="train", preview=text_preview),
     StageSpec("sft", "supervised fine-tuning on conversations (built-in tasks, JSONL, hf:), optionally with LoRA",
-              SFTConfig, SFTStage, scores=(("dev_loss", "dev loss (assistant tokens)", "{:.4f}"), _EXACT)),
+              SFTConfig, SFTStage, scores=(("dev_loss", "dev loss (assistant tokens)", "{:.4f}"), _EXACT),
+              preview=conversation_preview),
     StageSpec("reward", "train a reward model on preference pairs (Bradley-Terry on a scalar head)", RewardConfig,
-              RewardStage, scores=_PAIR_SCORES),
+              RewardStage, scores=_PAIR_SCORES, preview=pair_preview),
     StageSpec("dpo", f"preference tuning on pairs: --loss {'|'.join(LOSSES)}", DPOConfig, DPOStage,
-              scores=(*_PAIR_SCORES, ("dev_logp_accuracy", "chosen likelier", "{:.1%}"), _EXACT)),
+              scores=(*_PAIR_SCORES, ("dev_logp_accuracy", "chosen likelier", "{:.1%}"), _EXACT),
+              preview=pair_preview),
     StageSpec("rl", f"RL from verifiable rewards: --algo {'|'.join(algorithms())}", RLConfig, RLStage,
-              learns_from="task", scores=(_EXACT,), plots=("rl.png", "loss.png")),
+              scores=(_EXACT,), plots=("rl.png", "loss.png"), curves=RL_CURVES,
+              preview=prompt_preview),
 )}
-
-# the command that runs each stage: `tinylm train` is pretraining, the others are the stage's own name
-COMMAND_OF: dict[str, str] = {"pretrain": "train"}
 
 
 def stage_of_command(command: str) -> StageSpec | None:
     """The stage `tinylm COMMAND` runs, or None for a command that trains nothing."""
-    name = next((stage for stage, cmd in COMMAND_OF.items() if cmd == command), command)
-    return STAGES.get(name)
+    return next((spec for spec in STAGES.values() if spec.command == command), None)
 
 
 def command_of(stage: str) -> str:
-    return COMMAND_OF.get(stage, stage)
+    return STAGES[stage].command
+
+
+def report_curves(stage: str | None) -> Curves:
+    """The report card's figures for a run of `stage` (the generic ones for a stage the table does not know)."""
+    return STAGES[stage].curves if stage in STAGES else dict(CURVES)

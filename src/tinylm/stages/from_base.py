@@ -11,7 +11,7 @@ SFT, reward modelling, DPO and RL differ in their data and their loss. They all:
   and name their base, and the run's last checkpoint also gets a merged, self-contained copy;
 - record their lineage, their data spec and the chat template in every checkpoint.
 
-`PostTrainConfig` holds those options and `FromBaseStage` does those things, so a stage file holds
+`FromBaseConfig` holds those options and `FromBaseStage` does those things, so a stage file holds
 only what makes that stage (its rows, its loss, its evaluation).
 """
 
@@ -44,15 +44,15 @@ from tinylm.models.vocab_growth import init_token_rows
 from tinylm.runtime.compile_policy import eager_blocks
 from tinylm.runtime.device import autocast
 from tinylm.runtime.rng import seed_everything
-from tinylm.stages.post_config import PostTrainConfig
+from tinylm.stages.post_config import FromBaseConfig
 from tinylm.tasks.task import Example, Task
 from tinylm.tokenizer import load_tokenizer
 from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.tokenizer.chat_tokens import with_chat_tokens
 from tinylm.train.stage import Stage, StageContext, lineage
 
-# the stage's own config: SFTConfig, DPOConfig, RLConfig... (every one a PostTrainConfig)
-PostConfigT = TypeVar("PostConfigT", bound=PostTrainConfig)
+# the stage's own config: SFTConfig, DPOConfig, RLConfig... (every one a FromBaseConfig)
+PostConfigT = TypeVar("PostConfigT", bound=FromBaseConfig)
 
 
 def held_out(item: Any, fraction: float) -> bool:
@@ -61,8 +61,17 @@ def held_out(item: Any, fraction: float) -> bool:
     return int.from_bytes(digest, "big") < fraction * 2**64
 
 
+def base_run_name(base: str) -> str:
+    """The base run's folder name, whichever checkpoint of it was given."""
+    path = Path(base).resolve()
+    run = path.parent.parent if path.parent.name == "checkpoints" else path
+    return run.name or "base"
+
+
 class FromBaseStage(Stage[PostConfigT]):
     """A stage that starts from `--base`; subclasses read their data in `setup_data` and give their loss."""
+
+    learns_from = "data"  # the config field naming what it learns from (RL: its task)
 
     task: Task | None = None  # a built-in task's held-out problems are scored by exact-match
     eval_problems: list[Example] = []  # replaced by a stage's setup, never appended to
@@ -96,8 +105,8 @@ class FromBaseStage(Stage[PostConfigT]):
         self.lineage = lineage(self.name, ctx.resume, self.base, self.data_spec(), ctx.run_dir)
 
     def data_spec(self) -> str:
-        """What this stage learned from, for the lineage and config.json."""
-        return str(self.ctx.cfg.data)
+        """What this stage learned from, for the lineage and config.json: the `learns_from` option's value."""
+        return str(getattr(self.ctx.cfg, self.learns_from))
 
     def setup_data(self, cfg: PostConfigT) -> None:
         """Read, render and lay out the stage's rows (and add lines for the run header to `self.report`)."""
@@ -130,17 +139,15 @@ class FromBaseStage(Stage[PostConfigT]):
 
     def describe(self) -> list[str]:
         cfg = self.ctx.cfg
-        lines = [f"base: {self.base}", f"data: {cfg.data}", *self.report]
+        lines = [f"base: {self.base}", f"data: {self.data_spec()}", *self.report]
         if cfg.lora_rank:
             lines.append(f"LoRA: rank {cfg.lora_rank}, targets {cfg.lora_targets}: "
                          f"{self.trainable:,} trainable parameters of {self.total:,}")
         return lines
 
-    def run_name(self, cfg: PostConfigT) -> tuple[str, str]:
+    def run_name(self, cfg: PostConfigT) -> str:
         """runs/<base run>-<stage> by default: the base run's folder name, whichever checkpoint of it was given."""
-        path = Path(cfg.base).resolve()
-        run = path.parent.parent if path.parent.name == "checkpoints" else path
-        return run.name or "base", self.name
+        return f"{base_run_name(cfg.base)}-{self.name}"
 
     # ---- the model -----------------------------------------------------------------------------
     def build_model(self) -> nn.Module:

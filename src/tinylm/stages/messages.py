@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tinylm.stages.row_error import RowError
+from tinylm.data.rows.error import RowError
 from tinylm.tokenizer.chat_format import AGENT_ROLES, TEXT_PART_SEPARATOR
 from tinylm.tokenizer.tool_calls import call_parts, conversation_problem, reasoning_of, tools_problem
 

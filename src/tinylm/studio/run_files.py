@@ -21,6 +21,7 @@ from tinylm.errors import TinyLMError
 from tinylm.evaluate.report_card import REPORT_HTML, write_report_card
 from tinylm.evaluate.scores import read_evaluations
 from tinylm.metrics import read_samples
+from tinylm.stages import report_curves
 from tinylm.studio.post_body import json_body
 from tinylm.studio.runs import StudioError, resolve_run
 
@@ -58,7 +59,7 @@ def report_card(run_dir: Path) -> Path:
 def build_report_card(run_dir: Path) -> Path:
     """(Re)build the report card from the run's files, as `tinylm report --run RUN` does."""
     try:
-        return write_report_card(run_dir)
+        return write_report_card(run_dir, report_curves)
     except TinyLMError as exc:
         raise StudioError(str(exc), 409) from None
 

@@ -4,8 +4,9 @@
 
 The reference is the number after `####` (commas removed). A reply is right when the number it gives,
 after its own `####` if it writes one or else its last number, equals the reference as a decimal
-(so "7", "7.0" and "#### 7 apples" pass). The source is a local file offline, or
-`hf:openai/gsm8k?config=main` with a network. A problem's key is its question.
+(so "7", "7.0" and "#### 7 apples" pass). The source is a local file offline (read by the one row
+reader, `data/rows/`), or `hf:openai/gsm8k:main` (split `test` unless named) with a network. A
+problem's key is its question.
 
 Which rows are held out is `holdout`:
 
@@ -22,9 +23,11 @@ from __future__ import annotations
 import random
 import re
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
+from tinylm.data.rows.error import RowError
+from tinylm.data.rows.read import no_rows, read_rows
 from tinylm.errors import TinyLMError
-from tinylm.tasks.rows import read_rows
 from tinylm.tasks.task import Example, Task, check_split, conversation, split_of
 
 HOLDOUTS = ("all", "share")
@@ -44,6 +47,20 @@ def final_number(text: str) -> Decimal | None:
         return None
 
 
+def gsm8k_example(row: Any) -> Example:
+    """One {"question", "answer"} row as an example; RowError says what is wrong with it."""
+    try:
+        question, answer = row["question"], row["answer"]
+        if not isinstance(question, str) or not isinstance(answer, str) or "####" not in answer:
+            raise ValueError("question and answer must be strings, the answer ending in '#### NUMBER'")
+        if final_number(answer) is None:
+            raise ValueError("no number after '####'")
+    except (KeyError, TypeError, ValueError) as exc:
+        what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise RowError(f"not a valid gsm8k row ({what})") from None
+    return conversation(question, question, answer)
+
+
 class GSM8KTask(Task):
     name = "gsm8k"
 
@@ -53,24 +70,10 @@ class GSM8KTask(Task):
         if holdout not in HOLDOUTS:
             raise TinyLMError(f"gsm8k: holdout={holdout!r}: choose 'all' (every row is a test problem) or 'share'")
         self.source, self.holdout = file, holdout
-        self.rows = self._read()
-
-    def _read(self) -> list[Example]:
-        rows = []
-        for place, row in read_rows(self.source):
-            try:
-                question, answer = row["question"], row["answer"]
-                if not isinstance(question, str) or not isinstance(answer, str) or "####" not in answer:
-                    raise ValueError("question and answer must be strings, the answer ending in '#### NUMBER'")
-                if final_number(answer) is None:
-                    raise ValueError("no number after '####'")
-            except (KeyError, TypeError, ValueError) as exc:
-                what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-                raise TinyLMError(f"{place}: not a valid gsm8k row ({what})") from None
-            rows.append(conversation(question, question, answer))
-        if not rows:
-            raise TinyLMError(f"{self.source}: no gsm8k rows")
-        return rows
+        read = read_rows(file, gsm8k_example, split="test")
+        if not read.parsed:
+            raise no_rows(file, "gsm8k rows", read.skipped)
+        self.rows, self.notes = read.parsed, tuple(read.notes)
 
     def examples(self, split: str, n: int, seed: int = 0) -> list[Example]:
         split = check_split(split)

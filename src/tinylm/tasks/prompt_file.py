@@ -8,8 +8,10 @@ the answer up to whitespace; a `--reward` of the user's own gets the whole examp
 more loosely. A number as the answer is taken as its text ("answer": 42 is "42").
 
 Like every built-in task, a stable hash of the prompt holds out about a tenth of the rows for
-evaluation, whatever the seed. A row that is not an object with a non-empty string prompt and an
-answer is an error at its FILE:LINE. The source may also be `hf:NAME` (rows.py).
+evaluation, whatever the seed. The file is read by the one row reader (`data/rows/`), so it may
+also be a JSON array, a CSV file with prompt and answer columns, or `hf:NAME[:CONFIG][:SPLIT]` (split
+`test` unless named); a row that is not an object with a non-empty string prompt and an answer is an
+error at its FILE:LINE.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from tinylm.data.rows.error import RowError
+from tinylm.data.rows.read import no_rows, read_rows
 from tinylm.errors import TinyLMError
-from tinylm.tasks.rows import read_rows
 from tinylm.tasks.task import Example, Task, check_split, conversation, split_of
 
 
@@ -35,6 +38,19 @@ def normalized(text: str) -> str:
     return " ".join(text.split())
 
 
+def prompt_example(row: Any) -> Example:
+    """One {"prompt", "answer"} row as an example; RowError says what is wrong with it."""
+    if not isinstance(row, dict) or "prompt" not in row or "answer" not in row:
+        raise RowError("not a prompt row: it needs \"prompt\" and \"answer\" (got "
+                       f"{sorted(row) if isinstance(row, dict) else type(row).__name__})")
+    prompt, answer = row["prompt"], _text(row["answer"])
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise RowError(f"\"prompt\" must be non-empty text, got {prompt!r}")
+    if answer is None or not answer.strip():
+        raise RowError(f"\"answer\" must be non-empty text or a number, got {row['answer']!r}")
+    return conversation(prompt, prompt, answer)
+
+
 class PromptFileTask(Task):
     name = "prompts"
 
@@ -42,23 +58,10 @@ class PromptFileTask(Task):
         if not file:
             raise TinyLMError("prompts: name the file: prompts:FILE (a JSONL file of {\"prompt\", \"answer\"} rows)")
         self.source = file
-        self.rows = self._read()
-
-    def _read(self) -> list[Example]:
-        rows = []
-        for place, row in read_rows(self.source):
-            if not isinstance(row, dict) or "prompt" not in row or "answer" not in row:
-                raise TinyLMError(f"{place}: not a prompt row: it needs \"prompt\" and \"answer\" (got "
-                                  f"{sorted(row) if isinstance(row, dict) else type(row).__name__})")
-            prompt, answer = row["prompt"], _text(row["answer"])
-            if not isinstance(prompt, str) or not prompt.strip():
-                raise TinyLMError(f"{place}: \"prompt\" must be non-empty text, got {prompt!r}")
-            if answer is None or not answer.strip():
-                raise TinyLMError(f"{place}: \"answer\" must be non-empty text or a number, got {row['answer']!r}")
-            rows.append(conversation(prompt, prompt, answer))
-        if not rows:
-            raise TinyLMError(f"{self.source}: no prompt rows")
-        return rows
+        read = read_rows(file, prompt_example, split="test")
+        if not read.parsed:
+            raise no_rows(file, "prompt rows", read.skipped)
+        self.rows, self.notes = read.parsed, tuple(read.notes)
 
     def examples(self, split: str, n: int, seed: int = 0) -> list[Example]:
         split = check_split(split)

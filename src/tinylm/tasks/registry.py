@@ -3,7 +3,7 @@
     builtin:NAME?key=value&...   every task: NAME from TASKS, the keys its constructor's parameters
     code                         builtin:code, the name `tinylm eval --tasks` has always used
     gsm8k:SOURCE                 GSM8K rows of SOURCE, every one held out (eval's form; SOURCE is taken
-                                 verbatim, so `gsm8k:hf:NAME?config=C&split=S` keeps its own ? and &)
+                                 verbatim: a file, or `gsm8k:hf:NAME[:CONFIG][:SPLIT]`)
     prompts:FILE                 the user's own {"prompt", "answer"} JSONL rows, checked by exact match, a
                                  tenth held out (`tinylm rl --task FILE.jsonl` means this)
 

@@ -56,6 +56,7 @@ class Task(ABC):
     name: str
     tools: tuple[str, ...] = ()  # the built-in tools its prompts declare, which evaluation and RL then run
     reply_tokens: int = 1  # the fewest new tokens a whole reference reply can need; evaluation never asks for fewer
+    notes: tuple[str, ...] = ()  # on a file-based task's input, one line each (bytes that were not UTF-8), to say
 
     @abstractmethod
     def examples(self, split: str, n: int, seed: int = 0) -> list[Example]:

@@ -53,7 +53,7 @@ class BatchPlan:
     seq_len: int
     per_step: int = 1
     ramp_steps: int = 0  # --batch-ramp-steps
-    seq_warmup_steps: int = 0  # --seq-len-warmup-steps (unset: see run_setup.default_seq_warmup)
+    seq_warmup_steps: int = 0  # --seq-len-warmup-steps (unset: see stages/pretrain/warmups.py)
     note: str = ""  # a header line on how the warmup was chosen, where that is not the option as given
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""The one training loop: `run_training(TrainConfig, stage=...) -> TrainSummary`, for every stage.
+"""The one training loop: `run_training(EngineConfig, stage=...) -> TrainSummary`, for every stage.
 
 Pretraining (`stages/pretrain/stage.py`), SFT (`stages/sft/stage.py`) and the later stages plug in as a `Stage`
 (`train/stage.py`): their model, batches, loss and evaluation. Everything else is here, once.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,19 +43,20 @@ from tinylm.runtime.distributed import (
     unanswered,
 )
 from tinylm.runtime.run_choices import RunShape, decide_run_choices
-from tinylm.train.config import TrainConfig
+from tinylm.train.config import EngineConfig
 from tinylm.train.faults import StepInterrupted, StopSignal, oom_message
 from tinylm.train.mfu import model_flops_utilization
 from tinylm.train.optim import members
 from tinylm.train.plot import plot_runs
 from tinylm.train.progress import Progress
+from tinylm.train.resume_options import resumed_config
 from tinylm.train.run_checkpoint import RunCheckpoints, restore_rank_rng
 from tinylm.train.run_clock import RunClock
 from tinylm.train.run_header import header_lines
 from tinylm.train.run_lock import RunLock
 from tinylm.train.run_setup import (
+    ResumePoint,
     acquire_run_lock,
-    batch_plan,
     build_optimization,
     build_training_model,
     find_resume_point,
@@ -66,19 +68,18 @@ from tinylm.train.run_status import RunStatus
 from tinylm.train.schedule import apply_schedules
 from tinylm.train.stage import Stage, StageContext, StageStart
 from tinylm.train.step import accumulate_gradients, clip_gradients
-from tinylm.train.summary import TrainSummary, budget_reached, nan_message, reached_target, stop_reason
+from tinylm.train.summary import TrainSummary, budget_reached, nan_message, stop_reason
 
 __all__ = ["TrainSummary", "run_training"]
 
 
-def run_training(config: TrainConfig | None, *, stage: Stage, **changes: Any) -> TrainSummary:
+def run_training(config: EngineConfig, *, stage: Stage, **changes: Any) -> TrainSummary:
     """Train as `config` says (fields can be changed by keyword) with `stage` (pretraining, SFT, DPO, RL...).
 
+    With `resume`, the run continues with its own options except those `config` gives (train/resume_options.py).
     Under torchrun every rank calls this; a process group started by the caller is left running.
     """
-    cfg = config or TrainConfig()
-    if changes:
-        cfg = cfg.replace(**changes)
+    cfg = config.replace(**changes) if changes else config
     owns_group = not (dist.is_available() and dist.is_initialized())
     env, device = init_distributed(cfg.device, cfg.dist_timeout)
     threads = torch.get_num_threads()
@@ -108,7 +109,35 @@ def run_error(error: Exception, env: DistEnv, timeout_s: float | None) -> Except
     return error
 
 
-def open_logger(run_dir: Path, cfg: TrainConfig, env: DistEnv, state: dict[str, Any] | None,
+def check_hardware(cfg: EngineConfig, env: DistEnv, device: torch.device) -> None:
+    """Refuse a dtype this device cannot run, and FSDP where it cannot shard."""
+    requested = resolve_dtype(device, cfg.dtype)
+    if cfg.fsdp and requested == torch.float16:
+        raise TinyLMError("--dtype fp16 needs a sharded loss scaler that --fsdp does not set up; use --dtype bf16")
+    if cfg.fsdp and not env.enabled:
+        raise TinyLMError("--fsdp shards across processes: launch with torchrun --nproc_per_node=N")
+
+
+def resume_point(cfg: EngineConfig, run_dir: Path, env: DistEnv, device: torch.device,
+                 say: Callable[[str], None]) -> tuple[EngineConfig, ResumePoint]:
+    """The config the run goes on with and the checkpoint it continues, found once: a resumed run takes its own
+    options for every one not given (train/resume_options.py; the line naming them goes to rank 0's stderr), and
+    a resume with nothing to continue must be able to start afresh (`start_problem`), before anything is written."""
+    notes: list[str] = []  # said once the run can start
+    point = find_resume_point(cfg.resume, run_dir, notes.append)
+    if point.checkpoint is not None:
+        cfg, line = resumed_config(cfg, point.checkpoint, run_dir)
+        if line and env.is_main:
+            print(line, file=sys.stderr)
+        check_hardware(cfg, env, device)
+    if cfg.resume is not None and (problem := cfg.start_problem()):
+        raise TinyLMError(problem)
+    for line in notes:
+        say(line)
+    return cfg, point
+
+
+def open_logger(run_dir: Path, cfg: EngineConfig, env: DistEnv, state: dict[str, Any] | None,
                 say: Callable[[str], None], run_config: dict[str, Any]) -> MetricsLogger:
     """metrics.jsonl and the trackers asked for; TensorBoard hides the steps a resume redoes, as metrics.jsonl
     drops them (it goes on from the step after the checkpoint)."""
@@ -122,20 +151,17 @@ def open_logger(run_dir: Path, cfg: TrainConfig, env: DistEnv, state: dict[str, 
 class _Run:
     """One training run's state; `train()` is the whole run, `_setup` and `_loop` its two halves."""
 
-    def __init__(self, cfg: TrainConfig, env: DistEnv, device: torch.device, stage: Stage):
+    def __init__(self, cfg: EngineConfig, env: DistEnv, device: torch.device, stage: Stage):
         self.cfg, self.env, self.device, self.stage = cfg, env, device, stage
         self.t_start = time.perf_counter()
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         configure_backends(device)
-        requested = resolve_dtype(device, cfg.dtype)  # a bad --dtype fails here, before any folder is touched
-        if cfg.fsdp and requested == torch.float16:
-            raise TinyLMError("--dtype fp16 needs a sharded loss scaler that --fsdp does not set up; use --dtype bf16")
-        if cfg.fsdp and not env.enabled:
-            raise TinyLMError("--fsdp shards across processes: launch with torchrun --nproc_per_node=N")
+        check_hardware(cfg, env, device)  # a bad --dtype fails here, before any folder is touched
         self.progress = Progress(cfg.max_steps, enabled=False)  # replaced once the start step is known
         self.lock: RunLock | None = None
         self.status: RunStatus | None = None  # RUN/status.json, once the run folder is known
+        self.target = ""  # the stage's reason to stop at an evaluation, once one gave it
 
     def say(self, line: str) -> None:
         if self.env.is_main:
@@ -158,8 +184,8 @@ class _Run:
                 self.lock.release()
 
     def _train(self) -> TrainSummary:
-        cfg, env = self.cfg, self.env
         self._setup()
+        cfg, env = self.cfg, self.env  # a resumed run's config is known after setup
         for line in header_lines(self):
             self.say(line)
         logger = open_logger(self.run_dir, cfg, env, self.state, self.say,
@@ -169,7 +195,8 @@ class _Run:
         try:
             with StopSignal() as stop:
                 summary = self._loop(stop, logger)
-            self.status.ended(summary.stopped, stop.requested, summary.steps, stop_reason(summary.stopped, cfg))
+            self.status.ended(summary.stopped, stop.requested, summary.steps,
+                              stop_reason(summary.stopped, self.cfg, self.target))
         except Exception as exc:
             if is_oom(exc):
                 empty_cache(self.device)
@@ -186,10 +213,11 @@ class _Run:
     def _setup(self) -> None:
         cfg, env, stage = self.cfg, self.env, self.stage
         self.run_dir = open_run_dir(cfg, env, stage)
+        cfg, point = resume_point(cfg, self.run_dir, env, self.device, self.say)  # the run's own options
+        self.cfg = cfg
         self.lock = RunLock(self.run_dir) if env.is_main else None
         acquire_run_lock(self.lock, self.run_dir, env, self.say)
         self.status = RunStatus(self.run_dir, stage.name, active=env.is_main, world_size=env.world_size)
-        point = find_resume_point(cfg.resume, self.run_dir, self.say)
         self.ckpt, self.state = point.checkpoint, point.state
         start = StageStart(cfg=cfg, env=env, device=self.device, run_dir=self.run_dir, resume=point.resume,
                            start_from=point.start_from, say=self.say)
@@ -197,7 +225,7 @@ class _Run:
         if point.resume is not None:
             check_same_model(checkpoint_model_config(point.resume), self.mcfg, point.resume)
         self.seq_len = cfg.seq_len or self.mcfg.context_length
-        self.plan = batch_plan(cfg, self.seq_len, env.world_size, stage)
+        self.plan = stage.plan_batches(cfg, self.seq_len, env.world_size)
         done = int(self.state["step"]) if self.state is not None else 0
         self.planned = planned_steps(cfg, self.plan)  # in all, counted across resumes
         shape = RunShape(self.mcfg, cfg.batch_size, self.seq_len, self.device, time_budget_s=cfg.time_budget,
@@ -311,7 +339,8 @@ class _Run:
             if cfg.eval_every and self.step % cfg.eval_every == 0:
                 evaluation = self._evaluate(logger) or evaluation
                 evaluated_at = self.step
-                stopped = stopped or ("target" if reached_target(cfg, evaluation) else None)
+                if stopped is None and (why := stage.target_reached(evaluation)):
+                    stopped, self.target = "target", why
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and stopped is None:
                 self.checkpoints.save(self.step, self.tokens, {"loss": loss_value, **evaluation}, clock)
         self.progress.close()
@@ -360,7 +389,7 @@ class _Run:
         else:
             found = list_checkpoints(self.run_dir) if env.is_main else []
             checkpoint = found[-1] if found else None
-        self.say(f"stopped at step {self.step}: {stop_reason(stopped, self.cfg)}")
+        self.say(f"stopped at step {self.step}: {stop_reason(stopped, self.cfg, self.target)}")
         return TrainSummary(
             run_dir=str(self.run_dir), checkpoint=str(checkpoint) if checkpoint else None, arch=self.mcfg.arch,
             steps=self.step, tokens=self.tokens, final_loss=last_loss, dev_loss=evaluation.get("dev_loss"),

@@ -23,7 +23,7 @@ from tinylm.errors import TinyLMError
 from tinylm.runtime.distributed import DistEnv, all_gather_objects, barrier
 from tinylm.runtime.rng import capture_rng, restore_rng
 from tinylm.runtime.run_choices import RunChoices
-from tinylm.train.config import TrainConfig
+from tinylm.train.config import EngineConfig
 from tinylm.train.optim import AnyOptimizer, OptimizerList, members
 from tinylm.train.run_clock import RunClock
 from tinylm.train.schedule import LRSchedule
@@ -34,7 +34,7 @@ from tinylm.train.stage import Stage
 class RunCheckpoints:
     """Saves the run at a step, and puts a resumed run's train state back into the optimizer and the stage."""
 
-    cfg: TrainConfig
+    cfg: EngineConfig
     env: DistEnv
     stage: Stage
     run_dir: Path

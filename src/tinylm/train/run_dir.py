@@ -1,6 +1,7 @@
 """Choosing the run folder and the checkpoint to resume from, so that no choice destroys history.
 
-Without `--out`, a run goes to `runs/<preset>-<arch>`, or `runs/<preset>-<arch>-2`, `-3`, ... when
+Without `--out`, a run goes to `runs/<name>` (the stage's: `tiny-modern` for pretraining, `<base run>-sft`...), or
+`runs/<name>-2`, `-3`, ... when
 that one already holds a trained run (or is in use by a live one), so `make demo` twice never
 clobbers or refuses. An explicit `--out` that already holds checkpoints is refused unless `--resume`
 says to continue it: mixing two runs in one folder would silently corrupt both logs.
@@ -33,11 +34,11 @@ def _default_candidates(base: Path) -> list[Path]:
     return [base, *sorted(numbered, key=lambda p: int(p.name[len(base.name) + 1:]))]
 
 
-def choose_run_dir(out: str | None, preset: str, arch: str, resume: str | None) -> Path:
+def choose_run_dir(out: str | None, name: str, resume: str | None) -> Path:
     """The run folder: `out` as given, or a default that is fresh (or, when resuming, the newest)."""
     if out:
         return Path(out)
-    base = Path("runs") / f"{preset}-{arch}"
+    base = Path("runs") / name
     candidates = _default_candidates(base)
     if resume == "latest":
         trained = [p for p in candidates if list_checkpoints(p)]
@@ -116,8 +117,3 @@ def plan_resume(resume: str | None, run_dir: Path) -> ResumePlan:
         checkpoint, notes = named_run, _latest(checkpoint.parent.parent).notes
     _refuse_restart_over_history(checkpoint, run_dir)
     return ResumePlan(checkpoint, notes)
-
-
-def find_resume_checkpoint(resume: str | None, run_dir: Path) -> Path | None:
-    """`plan_resume(...).checkpoint`, for callers that print no notes."""
-    return plan_resume(resume, run_dir).checkpoint

@@ -17,7 +17,7 @@ def header_lines(run: Any) -> list[str]:
     """The header of a set-up run (train/loop.py's `_Run`): folder, stage, model, device, choices, schedule."""
     m, cfg, env = run.mcfg, run.cfg, run.env
     lines = [f"run folder: {run.run_dir}", *run.stage.describe()]
-    lines.append(f"model: {cfg.preset if run.stage.name == 'pretrain' else run.stage.name} {m.arch}, "
+    lines.append(f"model: {run.stage.model_label()} {m.arch}, "
                  f"{run.raw.num_params():,} parameters "
                  f"({run.raw.num_params(non_embedding=True):,} non-embedding), context {m.context_length}")
     lines.append(f"device: {describe(run.device)} x {env.world_size}, dtype {str(run.choices.dtype)[6:]}, "

@@ -8,7 +8,6 @@ attention kernel and compile plan, then its optimizer, loss scaler and schedule.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from tinylm.runtime.compile_policy import compile_blocks
 from tinylm.runtime.distributed import DistEnv, all_gather_objects, barrier
 from tinylm.runtime.run_choices import RunChoices
 from tinylm.train.batch_plan import BatchPlan
-from tinylm.train.config import DEFAULT_SEQ_WARMUP_STEPS, TrainConfig
+from tinylm.train.config import EngineConfig
 from tinylm.train.distributed import wrap_model
 from tinylm.train.optim import AnyOptimizer, build_optimizer
 from tinylm.train.run_dir import choose_run_dir, plan_resume
@@ -35,9 +34,9 @@ from tinylm.train.schedule import LRSchedule
 from tinylm.train.stage import Stage
 
 
-def open_run_dir(cfg: TrainConfig, env: DistEnv, stage: Stage) -> Path:
+def open_run_dir(cfg: EngineConfig, env: DistEnv, stage: Stage) -> Path:
     """The run folder, chosen on rank 0 (`--out`, or runs/<name>-<kind> numbered past existing ones)."""
-    chosen = choose_run_dir(cfg.out, *stage.run_name(cfg), cfg.resume) if env.is_main else None
+    chosen = choose_run_dir(cfg.out, stage.run_name(cfg), cfg.resume) if env.is_main else None
     return Path(all_gather_objects(str(chosen), env)[0])
 
 
@@ -82,7 +81,7 @@ def find_resume_point(resume: str | None, run_dir: Path, say: Callable[[str], No
     return ResumePoint()
 
 
-def planned_steps(cfg: TrainConfig, plan: BatchPlan) -> int:
+def planned_steps(cfg: EngineConfig, plan: BatchPlan) -> int:
     """Optimizer steps the run plans in all: --max-steps, or fewer when --max-tokens comes first (a batch ramp's
     short steps counted)."""
     if cfg.max_tokens is None:
@@ -90,35 +89,7 @@ def planned_steps(cfg: TrainConfig, plan: BatchPlan) -> int:
     return min(cfg.max_steps, plan.steps_for(cfg.max_tokens))
 
 
-def batch_plan(cfg: TrainConfig, seq_len: int, world_size: int, stage: Stage | None = None) -> BatchPlan:
-    """The run's step shapes (train/batch_plan.py): the loop counts tokens by it, pretraining draws rows by it.
-    A `stage` that draws its own rows (SFT, DPO, RL) refuses a plan it would not follow."""
-    plan = BatchPlan(cfg.batch_size, seq_len, cfg.grad_accum * world_size, cfg.batch_ramp_steps,
-                     cfg.seq_len_warmup_steps or 0)
-    if cfg.seq_len_warmup_steps is None and (stage is None or stage.follows_batch_plan):
-        plan = default_seq_warmup(plan, schedule_steps(cfg, plan))
-    if stage is not None and plan.reshapes and not stage.follows_batch_plan:
-        raise TinyLMError(f"--batch-ramp-steps and --seq-len-warmup-steps shape pretraining's batches; the "
-                          f"{stage.name} stage draws its own")
-    return plan
-
-
-def default_seq_warmup(plan: BatchPlan, schedule_steps: int) -> BatchPlan:
-    """The sequence warmup when --seq-len-warmup-steps is not given: the record's 150 steps (of the 600 that
-    docs/speedrun.md raced), at most a quarter of the lr schedule, so a short run still learns mostly on the
-    whole rows it is evaluated on; none where the rows cannot be quartered. Tied to the schedule, not
-    --max-steps, so a run stopped early and resumed with more steps plans the same warmup."""
-    steps = min(DEFAULT_SEQ_WARMUP_STEPS, schedule_steps // 4)
-    if plan.seq_len % 4:
-        return dataclasses.replace(plan, note=f"sequence warmup: none (rows of {plan.seq_len} tokens cannot be "
-                                              "quartered)")
-    note = "" if steps == DEFAULT_SEQ_WARMUP_STEPS else (
-        f"sequence warmup: {steps} steps, not {DEFAULT_SEQ_WARMUP_STEPS}: unset, it is at most a quarter of the "
-        f"{schedule_steps}-step lr schedule")
-    return dataclasses.replace(plan, seq_warmup_steps=steps, note=note)
-
-
-def schedule_steps(cfg: TrainConfig, plan: BatchPlan) -> int:
+def schedule_steps(cfg: EngineConfig, plan: BatchPlan) -> int:
     """The lr schedule's length: --schedule-steps, else the planned steps (at least one under --max-tokens)."""
     if cfg.schedule_steps:
         return cfg.schedule_steps
@@ -139,7 +110,7 @@ def reset_metrics_log(run_dir: Path, env: DistEnv, state: dict[str, Any] | None)
     barrier(env)
 
 
-def build_training_model(stage: Stage, cfg: TrainConfig, env: DistEnv, device: torch.device,
+def build_training_model(stage: Stage, cfg: EngineConfig, env: DistEnv, device: torch.device,
                          model_config: ModelConfig, choices: RunChoices) -> tuple[nn.Module, nn.Module]:
     """(the model, what the loop calls forward on): sharded in place under FSDP, wrapped in DDP under torchrun."""
     raw = stage.build_model()
@@ -157,7 +128,7 @@ def build_training_model(stage: Stage, cfg: TrainConfig, env: DistEnv, device: t
     return raw, train_model
 
 
-def build_optimization(raw: nn.Module, cfg: TrainConfig, device: torch.device, dtype: torch.dtype,
+def build_optimization(raw: nn.Module, cfg: EngineConfig, device: torch.device, dtype: torch.dtype,
                        plan: BatchPlan) -> tuple[AnyOptimizer, torch.amp.GradScaler | None, LRSchedule]:
     """The optimizer, a loss scaler for fp16, and the learning-rate schedule over --schedule-steps (and the
     --time-budget, whichever ends first)."""

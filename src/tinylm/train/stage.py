@@ -22,7 +22,11 @@ only what makes it that stage:
   reference point, stages/preference/kto_step.py); per-micro-batch statistics would break the equality above;
 - `batch_tokens(batch)` (optional): the tokens a micro-batch's forward really processes, for tokens/s
   and MFU, when rows are cut shorter than the planned `seq_len` (rollouts, preference pairs);
-- `evaluate(model)`: the numbers that say whether the stage works (dev loss, exact-match...).
+- `evaluate(model)`: the numbers that say whether the stage works (dev loss, exact-match...), and
+  `target_reached(evaluation)` (optional): the stage's own rule for stopping at a good enough one.
+
+What is the stage's to say, the engine asks it: the default run folder's name (`run_name`), the header's
+model label (`model_label`), the batch plan (`plan_batches`: pretraining's ramp and sequence warmup).
 """
 
 from __future__ import annotations
@@ -40,10 +44,10 @@ from tinylm.config import ModelConfig
 from tinylm.runtime.distributed import DistEnv
 from tinylm.runtime.run_choices import RunChoices
 from tinylm.train.batch_plan import BatchPlan
-from tinylm.train.config import TrainConfig
+from tinylm.train.config import EngineConfig
 
 Batch = Any  # whatever the stage's loader yields; only the stage looks inside
-ConfigT = TypeVar("ConfigT", bound=TrainConfig)  # the stage's own config type: TrainConfig, SFTConfig, RLConfig...
+ConfigT = TypeVar("ConfigT", bound=EngineConfig)  # the stage's own config type: PretrainConfig, SFTConfig...
 
 
 @dataclass(frozen=True)
@@ -124,9 +128,23 @@ class Stage(Generic[ConfigT]):
         """Find or build the data (after `configure`, or as all of it by default)."""
         self.ctx = ctx
 
-    def run_name(self, cfg: ConfigT) -> tuple[str, str]:
-        """(name, kind) of the default run folder runs/<name>-<kind> when no --out is given."""
-        return cfg.preset, cfg.arch
+    def run_name(self, cfg: ConfigT) -> str:
+        """The default run folder runs/<name> when no --out is given (numbered past taken ones)."""
+        return self.name
+
+    def model_label(self) -> str:
+        """What the header calls the model ("model: LABEL modern, 1,234 parameters")."""
+        return self.name
+
+    def plan_batches(self, cfg: ConfigT, seq_len: int, world_size: int) -> BatchPlan:
+        """The run's step shapes (train/batch_plan.py), which the loop counts tokens by: every step alike unless
+        the stage draws its rows by a plan of its own (`follows_batch_plan`: pretraining's ramp and warmup)."""
+        return BatchPlan(cfg.batch_size, seq_len, cfg.grad_accum * world_size)
+
+    def target_reached(self, evaluation: dict[str, float]) -> str | None:
+        """Why this evaluation is good enough to stop the run ("an evaluation reached ..."), or None to go on.
+        Every rank must answer alike: an evaluation's numbers are all-reduced."""
+        return None
 
     def model_config(self) -> ModelConfig:
         """The ModelConfig of the model this stage trains (known after `configure`)."""

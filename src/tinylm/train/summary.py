@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.checkpoint import list_checkpoints
-from tinylm.train.config import TrainConfig
+from tinylm.train.config import EngineConfig
 
 
 @dataclass
@@ -30,25 +30,25 @@ class TrainSummary:
     stopped: str  # max_steps | max_tokens | time_budget | target | interrupted | nan
     wall_s: float
     sample: str | None = None
-    stage: str = "pretrain"
+    stage: str = ""  # the stage's name (the table's row)
     evaluation: dict[str, float] = field(default_factory=dict)  # the stage's last evaluation
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def stop_reason(stopped: str, cfg: TrainConfig) -> str:
-    """The end of the run's last line, `stopped at step N: ...`."""
+def stop_reason(stopped: str, cfg: EngineConfig, target: str = "") -> str:
+    """The end of the run's last line, `stopped at step N: ...` (`target`: the stage's own reason to stop)."""
     return {"max_steps": f"reached --max-steps {cfg.max_steps}",
             "max_tokens": f"reached --max-tokens {cfg.max_tokens}",
             "time_budget": f"used the --time-budget of {cfg.time_budget:g} s (of training, across resumes: a larger "
                            "one continues the run)" if cfg.time_budget else "",
-            "target": f"an evaluation reached --target-dev-bpb {cfg.target_dev_bpb}",
+            "target": target,
             "interrupted": "interrupted; state saved, continue with --resume latest",
             "nan": "stopped on a non-finite loss"}[stopped]
 
 
-def budget_reached(cfg: TrainConfig, step: int, tokens: int, seconds: float = 0.0) -> str | None:
+def budget_reached(cfg: EngineConfig, step: int, tokens: int, seconds: float = 0.0) -> str | None:
     """"max_steps", "max_tokens" or "time_budget" once the run has done what it was asked (the seconds: its
     training time across resumes); None while it has not."""
     if step >= cfg.max_steps:
@@ -58,12 +58,6 @@ def budget_reached(cfg: TrainConfig, step: int, tokens: int, seconds: float = 0.
     if cfg.time_budget is not None and seconds >= cfg.time_budget:
         return "time_budget"
     return None
-
-
-def reached_target(cfg: TrainConfig, evaluation: dict[str, float]) -> bool:
-    """An evaluation at or below --target-dev-bpb (every rank computes the same all-reduced value, so all agree)."""
-    bpb = evaluation.get("dev_bpb")
-    return cfg.target_dev_bpb is not None and bpb is not None and bpb <= cfg.target_dev_bpb
 
 
 def nan_message(loss: float, norm: float, step: int, run_dir: Path) -> str:

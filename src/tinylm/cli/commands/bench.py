@@ -19,50 +19,23 @@ import json
 import sys
 from pathlib import Path
 
-from tinylm.bench.suite import SECTIONS, BenchOptions, format_table, run_bench
-from tinylm.cli.options import add_config_option, add_option
-from tinylm.config import parse_override
+from tinylm.bench.suite import BenchOptions, format_table, run_bench
+from tinylm.cli.options import add_config_options, add_option, config_from_args
 from tinylm.errors import TinyLMError
-from tinylm.options import BATCH_SIZE, DEVICE, DTYPE, INT8, JSON, THREADS
-from tinylm.train.config import TrainConfig
+from tinylm.options import JSON, Option
 
 HELP = "throughput and MFU, side by side with transformers"
+OUT = Option("also write the JSON here", metavar="FILE")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    for name in ("preset", "arch", "overrides"):
-        add_config_option(parser, TrainConfig, name)
-    add_option(parser, "batch_size", BATCH_SIZE, 16)
-    add_config_option(parser, TrainConfig, "seq_len")
-    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (median is reported)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed training steps first")
-    add_option(parser, "device", DEVICE, "auto")
-    add_option(parser, "dtype", DTYPE, "fp32", note="fp32 keeps the figures comparable across machines; auto is "
-                                                     "what `tinylm train` would pick")
-    add_option(parser, "threads", THREADS, kind="int", note="for both sides")
-    parser.add_argument("--compile", action="store_true",
-                        help="torch.compile both models (tinylm per block, transformers whole, as its users do)")
-    add_config_option(parser, TrainConfig, "attention")
-    parser.add_argument("--no-reference", dest="reference", action="store_false",
-                        help="skip the transformers measurements")
-    parser.add_argument("--decode-tokens", type=int, default=128, help="new tokens per decode measurement")
-    add_option(parser, "int8", INT8, False, note="decoding, as `tinylm generate --int8` (transformers keeps float)")
-    parser.add_argument("--only", default=None, metavar="SECTIONS",
-                        help="comma list of matmul,decode,train,loader,tokenizer (default: all)")
-    parser.add_argument("--profile", action="store_true", help="also print where a training step's time goes")
+    add_config_options(parser, BenchOptions, checked_here=True)
     add_option(parser, "json", JSON, False, note="instead of the table")
-    parser.add_argument("--out", default=None, metavar="FILE", help="also write the JSON here")
+    add_option(parser, "out", OUT)
 
 
 def run(args: argparse.Namespace) -> int:
-
-    overrides = dict(parse_override(text) for text in args.overrides)
-    sections = tuple(s.strip() for s in args.only.split(",") if s.strip()) if args.only else SECTIONS
-    options = BenchOptions(
-        preset=args.preset, arch=args.arch, overrides=overrides, batch_size=args.batch_size, seq_len=args.seq_len,
-        repeats=args.repeats, warmup=args.warmup, device=args.device, dtype=args.dtype, threads=args.threads,
-        compile=args.compile, attention=args.attention, reference=args.reference, decode_tokens=args.decode_tokens,
-        int8=args.int8, sections=sections, profile=args.profile)
+    options = config_from_args(BenchOptions, args)
     result = run_bench(options, say=lambda line: print(line, file=sys.stderr))
     text = json.dumps(result, indent=2)
     print(text if args.json else format_table(result))

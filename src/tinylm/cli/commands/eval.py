@@ -12,7 +12,7 @@ tasks (comma-separated):
   gsm8k:FILE                            GSM8K-layout JSONL (the answer after ####), every row held out
   hellaswag:FILE, arc:FILE, mmlu:FILE   multiple choice by log-likelihood (acc, acc_norm; `core` over them)
   prefs:builtin:arith                   preference accuracy on held-out verified pairs
-  FILE may be hf:NAME?config=C&split=S with a network.
+  FILE may be hf:NAME[:CONFIG][:SPLIT] with a network (split test unless named).
 
 examples:
   tinylm eval --checkpoint runs/tiny-modern --tasks bpb
@@ -27,32 +27,23 @@ import argparse
 import json
 import sys
 
-from tinylm.cli.option_types import bounded_int, count
-from tinylm.cli.options import add_option
+from tinylm.cli.options import add_config_options, add_option, config_from_args
 from tinylm.evaluate.report_card import write_report_card
 from tinylm.evaluate.scores import evaluate_checkpoint, record
 from tinylm.evaluate.tasks import EvalOptions, parse_tasks
-from tinylm.options import BATCH_SIZE, CHECKPOINT, JSON, MAX_NEW_TOKENS, SEED, TEMPERATURE
+from tinylm.options import CHECKPOINT, JSON, Option
+from tinylm.stages import report_curves
 
 HELP = "bits per byte, verifiable tasks, multiple choice, preference accuracy; JSON"
+TASKS = Option("comma-separated task specs (see above)", metavar="LIST", required=True)
+RECORD = Option("do not append the scores to the run's evals.jsonl and report card", flag="--no-record")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "checkpoint", CHECKPOINT)
-    parser.add_argument("--tasks", required=True, metavar="LIST", help="comma-separated task specs (see above)")
-    parser.add_argument("--examples", type=count, default=200,
-                        help="problems / questions / pairs per task, at most (default %(default)s)")
-    add_option(parser, "seed", SEED, 0)
-    add_option(parser, "batch_size", BATCH_SIZE, 32)
-    add_option(parser, "max_new_tokens", MAX_NEW_TOKENS, 32)
-    parser.add_argument("--pass-k", type=bounded_int(0, 1000), default=0, metavar="K",
-                        help="also pass@K for generative tasks, from sampled replies")
-    parser.add_argument("--samples", type=bounded_int(0, 1000), default=0, metavar="N",
-                        help="sampled replies per problem for pass@K (default 2K)")
-    add_option(parser, "temperature", TEMPERATURE, 0.8, note="of pass@K's samples, > 0")
-    parser.add_argument("--bpb-batches", type=count, default=20, help="dev batches for bpb (default %(default)s)")
-    parser.add_argument("--no-record", dest="record", action="store_false",
-                        help="do not append the scores to the run's evals.jsonl and report card")
+    add_option(parser, "tasks", TASKS)
+    add_config_options(parser, EvalOptions, checked_here=True)
+    add_option(parser, "record", RECORD, True)
     add_option(parser, "json", JSON, False)
 
 
@@ -63,17 +54,14 @@ def format_scores(scores: dict[str, dict[str, float]]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-
     tasks = parse_tasks(args.tasks)  # every spec and file checked before the model loads
-    options = EvalOptions(examples=args.examples, seed=args.seed, batch_size=args.batch_size,
-                          max_new_tokens=args.max_new_tokens, pass_k=args.pass_k, samples=args.samples,
-                          temperature=args.temperature, bpb_batches=args.bpb_batches)
+    options = config_from_args(EvalOptions, args)
     evaluation = evaluate_checkpoint(args.checkpoint, tasks, options)
     for note in evaluation.notes:
         print(note, file=sys.stderr)
     report = None
     if args.record:
-        report = write_report_card(record(evaluation))
+        report = write_report_card(record(evaluation), report_curves)
     if args.json:
         print(json.dumps(evaluation.to_dict()))
         return 0

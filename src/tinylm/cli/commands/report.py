@@ -22,19 +22,20 @@ from tinylm.models.factory import build_model
 from tinylm.models.memory import training_memory
 from tinylm.options import BATCH_SIZE, JSON
 from tinylm.presets import preset_config
-from tinylm.train.config import TrainConfig
+from tinylm.stages import report_curves
+from tinylm.stages.pretrain.config import PretrainConfig
 
 HELP = "parameters, FLOPs per token and memory estimate for a preset or checkpoint"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name in ("preset", "arch", "overrides"):
-        add_config_option(parser, TrainConfig, name)
+        add_config_option(parser, PretrainConfig, name)
     parser.add_argument("--checkpoint", help="report the model of a checkpoint (or run folder) instead")
     parser.add_argument("--run", metavar="RUN", help="(re)build RUN/report.md and RUN/report.html, the run's report "
                         "card (model, lineage, data, throughput, curves, eval scores)")
     add_option(parser, "batch_size", BATCH_SIZE, 8, note="for the activation estimate")
-    add_config_option(parser, TrainConfig, "seq_len")
+    add_config_option(parser, PretrainConfig, "seq_len")
     parser.add_argument("--activation-dtype", default="float32", choices=["float32", "bfloat16"])
     add_option(parser, "json", JSON, False)
 
@@ -80,7 +81,7 @@ def _human(n: float, unit: str = "") -> str:
 
 def run(args: argparse.Namespace) -> int:
     if args.run:
-        page = write_report_card(args.run)
+        page = write_report_card(args.run, report_curves)
         print(f"report card: {page} and {page.with_name(REPORT_MD)}")
         return 0
 

@@ -31,7 +31,7 @@ from tinylm.cli.commands.generate import use_threads
 from tinylm.cli.options import add_option
 from tinylm.errors import TinyLMError
 from tinylm.inference.loading import load_for_generation
-from tinylm.options import CHECKPOINT, DTYPE, INT8, THREADS, TOOLS
+from tinylm.options import CHECKPOINT, DTYPE, HOST, INT8, PORT, THREADS, TOOLS
 from tinylm.serve.app import create_app
 from tinylm.serve.engine_process import STREAM_INTERVAL_S, EngineClient, EngineOptions
 from tinylm.serve.scheduler import LOGPROBS_MODES
@@ -44,10 +44,8 @@ HELP = "OpenAI-compatible HTTP API with continuous batching, and a web chat page
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "checkpoint", CHECKPOINT)
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="address to listen on (default %(default)s: this machine only)")
-    parser.add_argument("--port", type=option_types.bounded_int(0, 65535), default=8000,
-                        help="TCP port (default %(default)s; 0 picks a free one)")
+    add_option(parser, "host", HOST, "127.0.0.1")
+    add_option(parser, "port", PORT, 8000)
     parser.add_argument("--api-key", default=None, metavar="KEY",
                         help="require 'Authorization: Bearer KEY' on /v1 requests")
     parser.add_argument("--model-name", default=None, metavar="NAME",

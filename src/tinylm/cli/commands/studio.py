@@ -17,9 +17,10 @@ import os
 import sys
 from pathlib import Path
 
-from tinylm.cli import option_types
 from tinylm.cli.commands.serve import bind
+from tinylm.cli.options import add_option
 from tinylm.errors import TinyLMError
+from tinylm.options import HOST, PORT
 
 HELP = "watch and compare runs in a browser (live curves, config differences)"
 TOKEN_ENV = "TINYLM_STUDIO_TOKEN"
@@ -27,9 +28,8 @@ TOKEN_ENV = "TINYLM_STUDIO_TOKEN"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", default="runs", metavar="DIR", help="the folder whose runs to show (default runs)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s: this machine)")
-    parser.add_argument("--port", type=option_types.bounded_int(0, 65535), default=8765,
-                        help="TCP port (default %(default)s; 0 picks a free one)")
+    add_option(parser, "host", HOST, "127.0.0.1")
+    add_option(parser, "port", PORT, 8765)
     parser.add_argument("--token", default=None, help=f"require this token on every request (or ${TOKEN_ENV}); "
                                                       "needed off loopback")
 

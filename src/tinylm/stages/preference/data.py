@@ -1,7 +1,7 @@
 """Preference data from a spec: pairs (prompt, chosen answer, rejected answer) or unpaired labelled answers.
 
-A file is JSONL, one JSON array (`.json`) or CSV/TSV with a header (`stages/row_files.py`), and may
-mix these layouts, detected row by row:
+A file is JSONL, one JSON array (`.json`) or CSV/TSV with a header, read by the one row reader
+(`data/rows/`), and may mix these layouts, detected row by row:
 
     {"prompt": "2+2?", "chosen": "4", "rejected": "5"}                                   text (and CSV)
     {"prompt": [messages], "chosen": [assistant message], "rejected": [...]}             message lists (trl)
@@ -16,8 +16,8 @@ side; it is split off here). A CSV label is the text true or false. A pair whose
 answer is empty, or whose two answers are identical, teaches nothing and is refused like any
 malformed row: "PLACE: reason" (`on_error="stop"`) or skipped and counted (`on_error="skip"`).
 Bytes that are not UTF-8 are noted (`notes`), or refused when most are. `builtin:TASK` generates
-verified pairs (tasks/preference_pairs.py), `hf:NAME[:split]` reads through `datasets` with the
-same row mapping.
+verified pairs (tasks/preference_pairs.py), `hf:NAME[:CONFIG][:SPLIT]` reads through `datasets` with
+the same row mapping.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from tinylm.data.rows.error import RowError
+from tinylm.data.rows.read import SKIP_HINT, check_on_error, no_rows, read_rows
 from tinylm.stages.messages import Message, checked_messages
-from tinylm.stages.spec_rows import RowError, check_on_error, nothing_to_train, read_rows
 from tinylm.tasks.preference_pairs import preference_pairs
 from tinylm.tasks.registry import PREFIX as BUILTIN_PREFIX
 
@@ -162,8 +163,8 @@ def load_preferences(spec: str, split: str = "train", *, seed: int = 0, limit: i
         pairs = preference_pairs(spec, split, limit or BUILTIN_DEFAULT_PAIRS, seed)
         loaded = PreferenceData(spec, [PreferenceRow(tuple(p.example.prompt), p.chosen, p.rejected) for p in pairs])
     else:
-        read = read_rows(spec, split, row_from_json, on_error, limit)
+        read = read_rows(spec, row_from_json, split=split, on_error=on_error, limit=limit, hint=SKIP_HINT)
         loaded = PreferenceData(spec, read.parsed, read.skipped, read.notes)
     if not loaded.rows:
-        raise nothing_to_train(spec, "preference pairs", loaded.skipped)
+        raise no_rows(spec, "preference pairs to train on", loaded.skipped)
     return loaded

@@ -213,19 +213,13 @@ def loss_names() -> str:
 
 
 def resolve(name: str, **given: float | None) -> tuple[LossSpec, dict[str, float]]:
-    """The loss `name` and its hyper-parameters: the given ones (None = default) that it takes, checked."""
+    """The loss `name` and its hyper-parameters: the given ones (None = default) that it takes. Their ranges live on
+    their options (DPOConfig), which refuse a bad value however it came."""
     if name not in LOSSES:
         raise TinyLMError(f"unknown --loss {name!r}: choose one of {loss_names()}")
     spec = LOSSES[name]
     params = {key: float(given[key]) if given.get(key) is not None else default
               for key, default in spec.defaults.items()}
-    if "beta" in params and not params["beta"] > 0:
-        raise TinyLMError(f"--beta must be > 0, got {params['beta']:g}")
-    if "lam" in params and params["lam"] < 0:
-        raise TinyLMError(f"--lam must be >= 0, got {params['lam']:g}")
-    smoothing = params.get("label_smoothing")
-    if smoothing is not None and not 0 <= smoothing < 0.5:
-        raise TinyLMError(f"--label-smoothing must be in [0, 0.5), got {smoothing:g}")
     return spec, params
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from tinylm.config import ModelConfig
 from tinylm.data import prepare  # called through its module: looked up at each call, so a test can stand in for it
+from tinylm.data.folders import default_data_dir
 from tinylm.data.shards import check_data_dir
 from tinylm.errors import TinyLMError
-from tinylm.paths import default_data_dir
 from tinylm.runtime.distributed import DistEnv, all_gather_objects, barrier
 
 DEFAULT_CORPUS = "pystdlib"

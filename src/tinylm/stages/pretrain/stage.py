@@ -22,15 +22,17 @@ from tinylm.evaluate.dev_loss import bits_per_byte, evaluate
 from tinylm.models.factory import build_model
 from tinylm.runtime.device import autocast
 from tinylm.runtime.rng import seed_everything
+from tinylm.stages.pretrain.config import PretrainConfig
 from tinylm.stages.pretrain.data import resolve_data_dir
 from tinylm.stages.pretrain.sample import sample_text
+from tinylm.stages.pretrain.warmups import pretraining_plan
 from tinylm.tokenizer import load_tokenizer
-from tinylm.train.config import TrainConfig
+from tinylm.train.batch_plan import BatchPlan
 from tinylm.train.loop import TrainSummary, run_training
 from tinylm.train.stage import Batch, Stage, StageContext, StageLoss, StageStart, lineage
 
 
-class PretrainStage(Stage[TrainConfig]):
+class PretrainStage(Stage[PretrainConfig]):
     name = "pretrain"
     constant_weight = True
     follows_batch_plan = True
@@ -39,7 +41,7 @@ class PretrainStage(Stage[TrainConfig]):
         self.requested_model = model_config  # an exact model instead of the config's preset
 
     # ---- setup ---------------------------------------------------------------------------------
-    def configure(self, start: StageStart[TrainConfig]) -> ModelConfig:
+    def configure(self, start: StageStart[PretrainConfig]) -> ModelConfig:
         """The model (the preset, an exact config, or a weights-only checkpoint's), before any data is read."""
         cfg = start.cfg
         mcfg = self.requested_model or cfg.model_config()
@@ -55,7 +57,7 @@ class PretrainStage(Stage[TrainConfig]):
             raise TinyLMError(f"--seq-len {self.seq_len} exceeds the model's context_length {mcfg.context_length}")
         return mcfg
 
-    def setup(self, ctx: StageContext[TrainConfig]) -> None:
+    def setup(self, ctx: StageContext[PretrainConfig]) -> None:
         """The data, once the run's choices are final (after `configure`)."""
         super().setup(ctx)
         cfg, mcfg = ctx.cfg, self.mcfg
@@ -96,6 +98,22 @@ class PretrainStage(Stage[TrainConfig]):
             lines.append(f"loss: cross-entropy + z-loss {self.ctx.cfg.z_loss:g} * logsumexp^2 (the logged loss "
                          "includes it; dev loss and bits per byte do not)")
         return lines
+
+    def run_name(self, cfg: PretrainConfig) -> str:
+        return f"{cfg.preset}-{cfg.arch}"
+
+    def model_label(self) -> str:
+        return self.ctx.cfg.preset
+
+    def plan_batches(self, cfg: PretrainConfig, seq_len: int, world_size: int) -> BatchPlan:
+        return pretraining_plan(cfg, seq_len, world_size)
+
+    def target_reached(self, evaluation: dict[str, float]) -> str | None:
+        """--target-dev-bpb: every rank computes the same all-reduced value, so all agree."""
+        target, bpb = self.ctx.cfg.target_dev_bpb, evaluation.get("dev_bpb")
+        if target is None or bpb is None or bpb > target:
+            return None
+        return f"an evaluation reached --target-dev-bpb {target}"
 
     # ---- batches and loss ----------------------------------------------------------------------
     def next_batch(self) -> Batch:
@@ -143,7 +161,7 @@ class PretrainStage(Stage[TrainConfig]):
         return text
 
 
-def pretrain(config: TrainConfig | None = None, *, model_config: ModelConfig | None = None,
+def pretrain(config: PretrainConfig | None = None, *, model_config: ModelConfig | None = None,
              **changes: Any) -> TrainSummary:
     """Pretrain as `config` says (fields can be changed by keyword); `model_config` gives an exact model."""
     return run_training(config, stage=PretrainStage(model_config), **changes)

@@ -9,28 +9,25 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
 
 from tinylm.errors import TinyLMError
 from tinylm.options import MAX_NEW_TOKENS, TEMPERATURE, TOOLS, TOP_K, TOP_P, Option
-from tinylm.stages.post_config import PostTrainConfig
+from tinylm.stages.post_config import FromBaseConfig
 from tinylm.stages.rl.algorithms import Algorithm, algorithms
 from tinylm.stages.rl.kl import KL_ESTIMATORS
 from tinylm.stages.rl.policy_losses import AGGREGATIONS
 from tinylm.stages.rl.rewards import REWARD_ERRORS
 from tinylm.stages.rl.rollout_server import SYNCS
 from tinylm.tasks.registry import is_task_spec, known_tasks
-from tinylm.train.config import PRETRAINING_ONLY
 
 TASK, ALGORITHM, ROLLOUTS = "task and reward", "algorithm", "rollouts"
+ROLLOUT_TEMPERATURE = dataclasses.replace(TEMPERATURE, low=0, low_open=True)  # greedy rollouts would all agree
+NUCLEUS = dataclasses.replace(TOP_P, low=0, low_open=True, high=1)
 
 
 @dataclass
-class RLConfig(PostTrainConfig):
-    """PostTrainConfig plus what RL needs; --batch-size counts prompts (each sampled --group-size times)."""
-
-    # pretraining's sample options, and the data-file options RL (which samples its own answers) does not take
-    hidden_options: ClassVar[tuple[str, ...]] = (*PRETRAINING_ONLY, "data", "eval_data", "dev_fraction", "on_error")
+class RLConfig(FromBaseConfig):
+    """FromBaseConfig plus what RL needs; --batch-size counts prompts (each sampled --group-size times)."""
 
     task: str = Option(f"the prompts and their verifier: {known_tasks()}, or FILE.jsonl of "
                        "{\"prompt\", \"answer\"} rows (parameters: builtin:arith?digits=2&ops=+)", metavar="SPEC",
@@ -68,17 +65,17 @@ class RLConfig(PostTrainConfig):
                               "(default: the task's own, e.g. builtin:calc's calculator)")
     max_turns: int = Option("with tools: assistant turns per rollout (a call's result comes back for the next)",
                             low=1, metavar="N", group=ROLLOUTS)(4)
-    temperature: float = TEMPERATURE(1.0, group=ROLLOUTS, note="RL samples: must be > 0")
+    temperature: float = ROLLOUT_TEMPERATURE(1.0, group=ROLLOUTS, note="RL samples its rollouts")
     top_k: int | None = TOP_K(None, group=ROLLOUTS)
-    top_p: float | None = TOP_P(None, group=ROLLOUTS)
+    top_p: float | None = NUCLEUS(None, group=ROLLOUTS)
     rollout_url: str | None = Option("sample the rollouts on this OpenAI-compatible server (tinylm serve, vLLM, "
                                      "SGLang) instead of in-process; its token, if any, in $TINYLM_ROLLOUT_TOKEN",
-                                     metavar="URL", group=ROLLOUTS)(None)
+                                     metavar="URL", group=ROLLOUTS, per_invocation=True)(None)
     rollout_sync: str = Option("how the server gets each round's weights: reload (tinylm serve's POST "
                                "/admin/reload of RUN/rollout-weights) or none (a server you sync yourself)",
                                choices=SYNCS, group=ROLLOUTS)("reload")
     rollout_timeout: float = Option("seconds one request to the rollout server may take", low=0, low_open=True,
-                                    metavar="SECONDS", group=ROLLOUTS)(300.0)
+                                    metavar="SECONDS", group=ROLLOUTS, per_invocation=True)(300.0)
     tis_cap: float = Option("truncated importance sampling: each token's loss is weighed by min(pi_old / "
                             "pi_sampler, C), the server's log-probs against the trainer's (with --rollout-url)",
                             low=0, low_open=True, metavar="C", group=ROLLOUTS)(2.0)
@@ -92,7 +89,6 @@ class RLConfig(PostTrainConfig):
     eval_every: int = 10
     log_every: int = 1
     checkpoint_every: int = 0
-    sample_tokens: int = 0
     dtype: str = "fp32"  # the sampler's and the trainer's log-probs agree to 1e-5 in float32
 
     def validate(self) -> None:
@@ -101,10 +97,6 @@ class RLConfig(PostTrainConfig):
         if self.group_size < algo.min_group:
             raise TinyLMError(f"--algo {self.algo} compares responses within a group: --group-size must be >= "
                               f"{algo.min_group} (got {self.group_size})")
-        if self.temperature <= 0:
-            raise TinyLMError(f"RL samples its rollouts: --temperature must be > 0 (got {self.temperature})")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise TinyLMError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.fsdp:
             raise TinyLMError("tinylm rl samples with whole weights on every rank: use DDP (no --fsdp)")
         if self.tools and self.rollout_url is not None:

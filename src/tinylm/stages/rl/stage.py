@@ -33,7 +33,7 @@ from torch import nn
 
 from tinylm.checkpoint import load_train_state, tied_aliases
 from tinylm.errors import TinyLMError
-from tinylm.stages.from_base import FromBaseStage
+from tinylm.stages.from_base import FromBaseStage, base_run_name
 from tinylm.stages.rl.collect import RolloutCollector
 from tinylm.stages.rl.config import RLConfig
 from tinylm.stages.rl.plot import plot_rl_runs
@@ -55,6 +55,7 @@ __all__ = ["RLConfig", "RLStage"]  # RLConfig too: pipeline/config.py imports it
 
 class RLStage(FromBaseStage[RLConfig]):
     name = "rl"
+    learns_from = "task"
     evaluate_at_start = True  # the starting model's exact-match is the "before"
 
     # ---- setup ---------------------------------------------------------------------------------
@@ -63,6 +64,8 @@ class RLStage(FromBaseStage[RLConfig]):
         ctx = self.ctx
         self.algo = cfg.algorithm()
         self.task = get_task(cfg.task_spec())
+        for note in self.task.notes:  # the row reader's, on a prompt file's bytes
+            ctx.say(note)
         self.tools = get_tools(cfg.tools) if cfg.tools else get_tools(list(self.task.tools))
         if cfg.tools and {tool.name for tool in self.tools} != set(self.task.tools):
             self.task = WithTools(self.task, self.tools)  # its prompts declare the tools the rollouts run
@@ -88,12 +91,9 @@ class RLStage(FromBaseStage[RLConfig]):
         self.totals = StepTotals()  # this round's step units, tokens and logged means
         self.reward_failures = 0  # samples scored 0 because their reward failed, all rounds and ranks
 
-    def data_spec(self) -> str:
-        return self.ctx.cfg.task
-
-    def run_name(self, cfg: RLConfig) -> tuple[str, str]:
+    def run_name(self, cfg: RLConfig) -> str:
         """runs/<base run>-rl-<algo> by default."""
-        return super().run_name(cfg)[0], f"rl-{cfg.algo}"
+        return f"{base_run_name(cfg.base)}-rl-{cfg.algo}"
 
     def describe(self) -> list[str]:
         cfg, a = self.ctx.cfg, self.algo

@@ -1,10 +1,10 @@
-"""The bytes of a post-training data file that are not UTF-8: counted, placed, and refused past prepare's threshold.
+"""The bytes of a data file that are not UTF-8: counted, placed, and refused past prepare's threshold.
 
 A Latin-1 "é" in a UTF-8 file cannot be decoded; it becomes U+FFFD, the replacement character, as
-`tinylm prepare` does with a corpus (`data/text.py`). Unlike prepare, the row readers used to do it
-without a word, so a model was fine-tuned on "caf\ufffd". Now the first such line and the count
-are one note, and a file whose text is more than `MAX_REPLACEMENT_SHARE` U+FFFD (prepare's
-threshold, not a copy: another encoding altogether) is refused with its first such line.
+`tinylm prepare` does with a corpus (`data/text.py`). Done without a word, a model would be fine-tuned
+on "caf\ufffd"; so the first such line and the count are one note (`RowsRead.notes`), and a file whose
+text is more than `MAX_REPLACEMENT_SHARE` U+FFFD (prepare's threshold, not a copy: another encoding
+altogether) is refused with its first such line.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The rows of a local post-training data file, by its suffix: JSONL, a JSON array, or CSV/TSV with a header.
+"""The rows of a local data file, by its suffix: JSONL, a JSON array, or CSV/TSV with a header.
 
     data.jsonl   one JSON object per line                      rows named FILE:LINE
     data.json    one array of objects (alpaca_data.json)       rows named FILE[INDEX]
@@ -6,12 +6,12 @@
     data.csv     a header row, then one row per line           rows named FILE:row N (the header is row 1)
     data.tsv     the same, separated by tabs
 
-A CSV row becomes the object {column: cell} (cells are text; a short row lacks its last columns,
-a column with an empty name, like a pandas index, is dropped), so its columns are the JSONL keys:
-instruction/input/output, prompt/response, prompt/chosen/rejected. Every reader decodes through
-`Undecodable`, so bytes that are not UTF-8 are counted whatever the layout. A row that cannot be
-read is yielded as its RowError (the collector reports or skips it); a file that cannot be read at
-all (a broken JSON array) is a TinyLMError naming the line.
+Any other suffix is read as JSONL. A CSV row becomes the object {column: cell} (cells are text; a
+short row lacks its last columns, a column with an empty name, like a pandas index, is dropped), so
+its columns are the JSONL keys: instruction/input/output, prompt/response, prompt/chosen/rejected.
+Every reader decodes through `Undecodable`, so bytes that are not UTF-8 are counted whatever the
+layout. A row that cannot be read is yielded as its RowError (the collector reports or skips it); a
+file that cannot be read at all (missing, unreadable, a broken JSON array) is a TinyLMError naming it.
 """
 
 from __future__ import annotations
@@ -21,13 +21,31 @@ import io
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from tinylm.data.rows.error import RowError
+from tinylm.data.rows.undecodable import Undecodable
 from tinylm.errors import TinyLMError
-from tinylm.stages.row_error import RowError
-from tinylm.stages.undecodable import Undecodable
 
 CSV_DELIMITERS = {".csv": ",", ".tsv": "\t"}
+
+
+def _cannot_read(path: Path, error: OSError) -> TinyLMError:
+    return TinyLMError(f"cannot read {path}: {error.strerror or error}")
+
+
+def _open(path: Path) -> BinaryIO:
+    try:
+        return path.open("rb")
+    except OSError as error:
+        raise _cannot_read(path, error) from None
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise _cannot_read(path, error) from None
 
 
 def _json_lines(path: Path, lines: Iterable[tuple[int, str]]) -> Iterator[tuple[str, Any]]:
@@ -42,13 +60,13 @@ def _json_lines(path: Path, lines: Iterable[tuple[int, str]]) -> Iterator[tuple[
 
 def jsonl_rows(path: Path, text: Undecodable) -> Iterator[tuple[str, Any]]:
     """(FILE:LINE, parsed row) per non-blank line, read as it goes; a malformed line yields its RowError."""
-    with path.open("rb") as raw:
+    with _open(path) as raw:
         yield from _json_lines(path, ((n, text.line(line, n)) for n, line in enumerate(raw, start=1)))
 
 
 def json_rows(path: Path, text: Undecodable) -> Iterator[tuple[str, Any]]:
     """(FILE[INDEX], row) of a file holding one JSON array; a file of one object per line is read as JSONL."""
-    decoded = text.whole(path.read_bytes())
+    decoded = text.whole(_read_bytes(path))
     try:
         data = json.loads(decoded)
     except json.JSONDecodeError as error:
@@ -65,7 +83,7 @@ def json_rows(path: Path, text: Undecodable) -> Iterator[tuple[str, Any]]:
 
 def csv_rows(path: Path, text: Undecodable) -> Iterator[tuple[str, Any]]:
     """(FILE:row N, {column: cell}) per non-blank row after the header; a row with too many cells is a RowError."""
-    reader = csv.reader(io.StringIO(text.whole(path.read_bytes()), newline=""),
+    reader = csv.reader(io.StringIO(text.whole(_read_bytes(path)), newline=""),
                         delimiter=CSV_DELIMITERS[path.suffix.lower()])
     number = 0  # the header is row 1
     try:
