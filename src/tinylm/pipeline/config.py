@@ -18,7 +18,8 @@ and data come from, its run folder, resume) cannot be set.
 
 The road is a list of slots, each a stage of the stage table (stages/__init__.py): a slot's name is its
 table here and its folder under `out`. The last slot is named grpo (its folder and table keep that
-name) but runs the RL stage with any algorithm. Adding a slot is one row of ROAD and its DEFAULTS.
+name) but runs the RL stage with any algorithm. A row's `road_slot` puts it on the road, in the table's
+order; its DEFAULTS here are the road's settings for it.
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ from tinylm.stages import STAGES as STAGES_TABLE
 from tinylm.stages import StageSpec
 
 # (slot, stage of the table): the pipeline's steps in order
-ROAD: tuple[tuple[str, str], ...] = (("pretrain", "pretrain"), ("sft", "sft"), ("dpo", "dpo"), ("grpo", "rl"))
+ROAD: tuple[tuple[str, str], ...] = tuple((spec.road_slot, name) for name, spec in STAGES_TABLE.items()
+                                          if spec.road_slot is not None)
 STAGES = tuple(slot for slot, _ in ROAD)
+TABLES = ("prepare", *STAGES, "eval")  # a pipeline file's tables: a slot without DEFAULTS has the stage's own
 WIRED = ("base", "out", "resume", "data", "task")  # set by the pipeline: each stage starts from the one before
 TOP_LEVEL = ("out", "task", "seed", "threads", "dtype", "stages")
 DEFAULT_TASK = "builtin:arith?digits=2&ops=+"
@@ -90,7 +93,7 @@ class PipelineConfig:
     threads: int | None = None
     dtype: str | None = None  # every stage's --dtype but the RL slot's (fp32: sampling and training log-probs agree)
     stages: list[str] = field(default_factory=lambda: list(STAGES))  # a prefix of STAGES: where the road ends
-    sections: dict[str, dict[str, Any]] = field(default_factory=lambda: {k: dict(v) for k, v in DEFAULTS.items()})
+    sections: dict[str, dict[str, Any]] = field(default_factory=lambda: {k: dict(DEFAULTS.get(k, {})) for k in TABLES})
 
     def section(self, name: str) -> dict[str, Any]:
         return self.sections.get(name, {})
@@ -121,8 +124,8 @@ def parse_pipeline_config(table: dict[str, Any], where: str = "pipeline config")
     config = PipelineConfig()
     for key, value in table.items():
         if isinstance(value, dict):
-            if key not in DEFAULTS:
-                raise TinyLMError(f"{where}: unknown table [{key}] (known: {', '.join(DEFAULTS)})")
+            if key not in TABLES:
+                raise TinyLMError(f"{where}: unknown table [{key}] (known: {', '.join(TABLES)})")
             known = _stage_fields(key)
             for name in value:
                 if name in WIRED and key not in ("prepare", "eval"):
@@ -136,7 +139,7 @@ def parse_pipeline_config(table: dict[str, Any], where: str = "pipeline config")
             setattr(config, key, value)
         else:
             raise TinyLMError(f"{where}: unknown key {key!r} (known: {', '.join(TOP_LEVEL)}, "
-                              f"and the tables [{'], ['.join(DEFAULTS)}])")
+                              f"and the tables [{'], ['.join(TABLES)}])")
     if config.dtype is not None and config.dtype not in DTYPES:
         raise TinyLMError(f"{where}: dtype = {config.dtype!r}: choose one of {', '.join(DTYPES)}")
     if not isinstance(config.stages, list) or config.stages != list(STAGES[:len(config.stages)]) \

@@ -71,6 +71,7 @@ class StageSpec:
     plots: tuple[str, ...] = ("loss.png",)  # the run folder's plots its closing lines point at
     curves: Curves = field(default_factory=lambda: dict(CURVES))  # the figures of its runs' report cards
     preview: Preview | None = None  # what the studio's data page shows of a spec before a run (None: nothing)
+    road_slot: str | None = None  # its slot on `tinylm pipeline`'s road (its [table] and folder), None: not on it
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -102,18 +103,18 @@ _EXACT = ("exact_match", "held-out exact-match", "{:.1%}")
 
 STAGES: dict[str, StageSpec] = {spec.name: spec for spec in (
     StageSpec("pretrain", "pretrain a model (no arguments: the demo on the embedded corpus)", PretrainConfig,
-              PretrainStage, command="train", preview=text_preview),
+              PretrainStage, command="train", preview=text_preview, road_slot="pretrain"),
     StageSpec("sft", "supervised fine-tuning on conversations (built-in tasks, JSONL, hf:), optionally with LoRA",
               SFTConfig, SFTStage, scores=(("dev_loss", "dev loss (assistant tokens)", "{:.4f}"), _EXACT),
-              preview=conversation_preview),
+              preview=conversation_preview, road_slot="sft"),
     StageSpec("reward", "train a reward model on preference pairs (Bradley-Terry on a scalar head)", RewardConfig,
               RewardStage, scores=_PAIR_SCORES, preview=pair_preview),
     StageSpec("dpo", f"preference tuning on pairs: --loss {'|'.join(LOSSES)}", DPOConfig, DPOStage,
               scores=(*_PAIR_SCORES, ("dev_logp_accuracy", "chosen likelier", "{:.1%}"), _EXACT),
-              preview=pair_preview),
+              preview=pair_preview, road_slot="dpo"),
     StageSpec("rl", f"RL from verifiable rewards: --algo {'|'.join(algorithms())}", RLConfig, RLStage,
               scores=(_EXACT,), plots=("rl.png", "loss.png"), curves=RL_CURVES,
-              preview=prompt_preview),
+              preview=prompt_preview, road_slot="grpo"),
 )}
 
 

@@ -6,7 +6,8 @@ are run folders inside its folder). What a record says comes from those files al
 a second tab or a restarted studio shows the same thing:
 
     status      status.json, with a "running" run whose lock is free shown as "died" (train/run_status.py)
-    stage       status.json, else the newest checkpoint's config.json, else "pretrain"
+    stage       status.json, else the newest checkpoint's config.json, else the stage table's first row (a run
+                from before checkpoints named their stage was a pretraining run)
     step        the last step logged; best: the stage's headline evaluation at its best
     sparkline   up to 64 (step, loss) points, spread over the whole run
     parent      the run whose checkpoint this one started from (config.json's "base"), when under the root
@@ -23,6 +24,7 @@ from typing import Any
 
 from tinylm.checkpoint.layout import CHECKPOINTS, list_checkpoints
 from tinylm.metrics import METRICS, read_metrics
+from tinylm.stages import STAGES
 from tinylm.train.run_status import STATUS_FILE, read_status, run_state
 
 CONSOLE = "console.log"  # the output of a run the studio launched: a run from the moment it starts
@@ -134,7 +136,7 @@ def run_record(root: Path, run_dir: Path, details: bool = False) -> dict[str, An
     elapsed = [row["elapsed_s"] for row in rows if isinstance(row.get("elapsed_s"), (int, float))]
     return {
         "name": run_name(root, run_dir),
-        "stage": status.get("stage") or config.get("stage") or "pretrain",
+        "stage": status.get("stage") or config.get("stage") or next(iter(STAGES)),
         "status": run_state(run_dir, found) or ("saved" if checkpoints else "unknown"),
         "reason": status.get("reason"),
         "step": max(steps) if steps else int(config.get("step", 0) or 0),
