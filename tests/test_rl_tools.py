@@ -127,3 +127,10 @@ def test_the_cli_says_the_tools_and_refuses_them_with_a_rollout_server(tmp_path:
     assert [r for r in rows(tmp_path / "cli") if "loss" in r][0]["tool_calls"] > 0  # arith prompts declare it now
     assert main([*args, "--rollout-url", "http://127.0.0.1:9"]) == 1
     assert "cannot sample on --rollout-url" in capsys.readouterr().err
+    # a task whose own tools the rollouts run (builtin:calc's calculator) is refused alike, in one line, before a
+    # first evaluation (it ended in a KeyError traceback)
+    own = rl_args(tmp_path / "own", "grpo", "--base", str(caller), "--task", "builtin:calc", "--max-new-tokens", "24",
+                  "--max-steps", "1", "--rollout-url", "http://127.0.0.1:9")
+    assert main(own) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "builtin:calc gives the rollouts the tool(s) calculator" in err[0], err

@@ -70,6 +70,9 @@ class RLStage(FromBaseStage[RLConfig]):
         if cfg.tools and {tool.name for tool in self.tools} != set(self.task.tools):
             self.task = WithTools(self.task, self.tools)  # its prompts declare the tools the rollouts run
         check_can_call(self.tools, self.chat, self.base)
+        if self.tools and cfg.rollout_url is not None:  # a task's own tools too, not only --tools
+            raise TinyLMError(f"{cfg.task} gives the rollouts the tool(s) {', '.join(t.name for t in self.tools)}, "
+                              "whose calls run in-process between turns: it cannot sample on --rollout-url")
         window = self.mcfg.context_length - cfg.max_new_tokens
         self.pool = [e for e in self.task.examples("train", cfg.train_examples, cfg.seed)
                      if len(self.chat.prompt_ids(e.prompt)) <= window]
