@@ -111,6 +111,27 @@ def test_compare_overlays_two_runs_and_lists_what_differs(browser: webdriver.Chr
         screenshot(browser, "studio-compare.png")
 
 
+def test_a_box_labelled_with_a_no_flag_is_that_flag(browser: webdriver.Chrome, tmp_path: Path) -> None:
+    """`--no-packing` starts unchecked (the flag absent, packing on) and checking it adds the flag; the same for
+    every --no- box (it was the other way round: checked with the flag absent)."""
+    from selenium.webdriver.support.ui import Select
+
+    with studio(tmp_path) as url:
+        browser.get(f"{url}/launch")
+        WebDriverWait(browser, 20).until(lambda b: b.find_elements(By.ID, "field-batch_size"))
+        Select(browser.find_element(By.ID, "stage")).select_by_value("sft")
+        WebDriverWait(browser, 20).until(lambda b: b.find_elements(By.ID, "field-packing"))
+        boxes = {name: browser.find_element(By.ID, f"field-{name}") for name in ("packing", "learn_reasoning",
+                                                                                 "progress")}
+        assert not any(box.is_selected() for box in boxes.values())
+        browser.find_element(By.ID, "field-base").send_keys("runs/base")
+        WebDriverWait(browser, 20).until(lambda b: "--base runs/base" in b.find_element(By.ID, "preview").text)
+        assert "--no-" not in browser.find_element(By.ID, "preview").text
+        boxes["packing"].click()
+        WebDriverWait(browser, 20).until(lambda b: "--no-packing" in b.find_element(By.ID, "preview").text)
+        assert "--no-learn-reasoning" not in browser.find_element(By.ID, "preview").text
+
+
 @pytest.mark.slow  # ~28 s; launch, stop and resume through the API stay in the default suite (test_studio_launch)
 def test_launch_from_the_form_then_stop_resume_and_finish_from_the_run_page(browser: webdriver.Chrome,
                                                                            tmp_path: Path) -> None:

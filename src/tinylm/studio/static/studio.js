@@ -270,6 +270,8 @@ const studio = (() => {
   }
 
   // ---- launch: a form per stage, generated from the stage table's option fields (/api/stages)
+  const negated = (field) => field.kind === "bool" && field.flag.startsWith("--no-");  // a flag that turns it off
+
   async function launchPage() {
     let forms;
     try { forms = (await getJSON("/api/stages")).stages; } catch (e) { showError(e.message); return; }
@@ -280,7 +282,8 @@ const studio = (() => {
       const out = {};
       for (const input of document.querySelectorAll("#form [data-field]")) {
         const field = current().fields.find((f) => f.name === input.dataset.field);
-        const raw = input.type === "checkbox" ? input.checked : input.value.trim();
+        // a box labelled --no-X is the flag: checked = given = the option off
+        const raw = input.type === "checkbox" ? input.checked !== negated(field) : input.value.trim();
         const dflt = field.default ?? (field.kind === "bool" ? false : "");
         if (input.type === "checkbox" ? raw === dflt : raw === String(dflt)) continue;  // unchanged: the default
         out[field.name] = field.items ? raw.split(/\s+/).filter(Boolean) : raw;
@@ -309,7 +312,7 @@ const studio = (() => {
           : el("input", { type: field.kind === "int" || field.kind === "float" ? "number" : "text", step: "any" });
         input.dataset.field = field.name;
         input.id = "field-" + field.name;
-        if (field.kind === "bool") input.checked = !!field.default;
+        if (field.kind === "bool") input.checked = !!field.default !== negated(field);
         else input.value = field.items ? "" : (field.default ?? "");
         input.oninput = preview;
         const range = [field.low != null ? `>= ${field.low}` : "", field.high != null ? `<= ${field.high}` : ""].filter(Boolean).join(", ");
