@@ -71,3 +71,12 @@ def test_max_new_tokens_beyond_half_the_window_is_capped_with_a_notice(capsys) -
     assert reply_limit(500, 32) == 16
     err = capsys.readouterr().err
     assert "--max-new-tokens 500 is capped at 16" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_help_shows_its_scripted_example_as_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    """The example's `\\n` escapes are what the reader types into printf, not line breaks inside its quotes."""
+    from tinylm.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["chat", "--help"])
+    assert "printf 'What is 2 + 3?\\nAnd 4 + 4?\\n' | tinylm chat" in capsys.readouterr().out

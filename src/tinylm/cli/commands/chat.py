@@ -14,7 +14,7 @@ replies again (at most 4 replies per line), as `tinylm eval` and the server run 
 
 examples:
   tinylm chat --checkpoint runs/tiny-modern-sft
-  printf 'What is 2 + 3?\nAnd 4 + 4?\n' | tinylm chat --checkpoint runs/tiny-modern-sft --temperature 0
+  printf 'What is 2 + 3?\\nAnd 4 + 4?\\n' | tinylm chat --checkpoint runs/tiny-modern-sft --temperature 0
   tinylm chat --checkpoint runs/tiny-modern-sft --system "Answer with a number."
   tinylm chat --checkpoint runs/tiny-modern --temperature 0.7 --top-p 0.9 --int8    a base model
   echo 'What is 347 * 582?' | tinylm chat --checkpoint runs/calc-sft --tools calculator --temperature 0
