@@ -227,3 +227,14 @@ def test_a_gain_is_paired_over_the_same_problems_with_its_95_percent_interval() 
     header, cells = table_rows(rows, task, held_out=1000)  # no outcomes: the unpaired interval
     assert header[:3] == ["stage", "exact-match", "gain"]
     assert [c[2] for c in cells] == ["", "+30.0 ± 2.8", "+10.0 ± 4.2"]
+
+
+def test_the_help_tells_config_from_the_stage_file(capsys: pytest.CaptureFixture[str]) -> None:
+    """--config (the command's own flags, as every command has) and the positional FILE (the stage tables) are
+    two different files: the help says which is which (both read 'a TOML file' before)."""
+    with pytest.raises(SystemExit):
+        main(["pipeline", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--config FILE this command's own flags" in text
+    assert "the stage tables ([pretrain], [sft]...) go in the positional FILE" in text
+    assert "FILE TOML file of stage settings" in text

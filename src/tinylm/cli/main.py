@@ -83,7 +83,8 @@ def _available_modules() -> dict[str, Any]:
 
 
 def _fill(parser: argparse.ArgumentParser, module: Any) -> argparse.ArgumentParser:
-    parser.add_argument("--config", metavar="FILE", help="read options from a TOML or JSON file")
+    parser.add_argument("--config", metavar="FILE",
+                        help=getattr(module, "CONFIG_HELP", "read options from a TOML or JSON file"))
     module.add_arguments(parser)
     parser.set_defaults(_run=module.run)
     return parser

@@ -28,6 +28,9 @@ from tinylm.pipeline.config import load_pipeline_config
 from tinylm.pipeline.road import run_pipeline
 from tinylm.pipeline.table import format_table, table_rows, write_pipeline_card
 
+# the command's own flags (--out, --seed...) from a file, as every command has; the road's tables are FILE's
+CONFIG_HELP = ("this command's own flags (--out, --seed, --dtype...) from a TOML or JSON file, as every command "
+               "takes them; the stage tables ([pretrain], [sft]...) go in the positional FILE")
 HELP = "prepare -> pretrain -> SFT -> DPO -> GRPO -> eval, resumable, with a stage table and report card"
 
 
