@@ -186,3 +186,11 @@ def test_the_tokenizer_playground_uses_the_runs_own_tokenizer(root: Path) -> Non
         assert [t["special"] for t in answer["tokens"]].count(True) == 1
         too_long = httpx.get(f"{url}/api/tokenize", params={"name": "a", "text": "x" * 20_001})
         assert too_long.status_code == 422
+
+
+def test_the_favicon_a_browser_asks_for_is_served(tmp_path: Path) -> None:
+    """Every page load asked for /favicon.ico and got a 404 in the browser's console."""
+    with studio(tmp_path) as url:
+        answer = httpx.get(f"{url}/favicon.ico")
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("image/svg+xml")
+    assert answer.text.startswith("<svg")

@@ -224,8 +224,13 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
     app.include_router(chat_routes(chat_models))
     for path, file in PAGES.items():
         app.add_api_route(path, _page(file), methods=["GET"], include_in_schema=False)
+    app.add_api_route("/favicon.ico", _favicon, methods=["GET"], include_in_schema=False)  # a browser asks for it
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
+
+
+async def _favicon() -> FileResponse:
+    return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
 
 def _options(value: Any) -> dict[str, Any]:
