@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,23 @@ def test_lineage_names_the_run_a_stage_started_from(tmp_path: Path) -> None:
     run_training(cfg.replace(out=str(tmp_path / "alone"), max_steps=1), stage=SFTStage())
     alone = {r["name"]: r for r in list_runs(tmp_path)}["alone"]
     assert alone["parent"] is None  # its base is not under this root
+
+
+def test_lineage_holds_from_any_working_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run started with a relative --base (as the studio's form writes it) keeps its parent when the studio runs
+    from another folder (`cd /tmp && tinylm studio --runs DIR` showed no parent for any run)."""
+    from test_sft import SFTStage, sft_config
+    from tinylm.train.loop import run_training
+
+    cfg = sft_config(tmp_path / "probe", max_steps=1)
+    base = Path(cfg.base)
+    base_run = base.parent.parent if base.parent.name == "checkpoints" else base
+    root = tmp_path / "root"
+    shutil.copytree(base_run, root / "base")
+    monkeypatch.chdir(root)
+    run_training(cfg.replace(base="base", out="child", max_steps=1), stage=SFTStage())
+    monkeypatch.chdir(tmp_path)
+    assert {r["name"]: r for r in list_runs(root)}["child"]["parent"] == "base"
 
 
 @pytest.mark.parametrize("name", ["..", "../x", "/etc", "a/../../x", "", "a\\b", "nope", "group"])

@@ -205,7 +205,8 @@ class FromBaseStage(Stage[PostConfigT]):
 
     def checkpoint_meta(self) -> dict[str, Any]:
         cfg = self.ctx.cfg
-        meta: dict[str, Any] = {"stage": self.name, "data": self.data_spec(), "base": str(self.base),
+        # the base as a full path: a relative --base (the studio's form writes one) names nothing from another folder
+        meta: dict[str, Any] = {"stage": self.name, "data": self.data_spec(), "base": str(self.base.resolve()),
                                 "chat_template": self.chat.jinja_template(), "lineage": self.lineage}
         if cfg.lora_rank:
             lora = cfg.lora_config()
