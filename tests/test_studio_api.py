@@ -94,7 +94,8 @@ def test_config_differences_count_a_missing_field() -> None:
     ("/api/run?name=../etc", 404, "no run"),
     ("/api/run?name=nope", 404, "no run"),
     ("/api/run?name=%2Fetc%2Fpasswd", 404, "no run"),
-    ("/api/metrics?name=a&offset=-1", 422, ""),
+    ("/api/metrics?name=a&offset=-1", 422, "query parameter 'offset'"),  # the studio's shape, not FastAPI's
+    ("/api/run", 422, "query parameter 'name': Field required"),
     ("/api/compare?name=a", 400, "two or more"),
     ("/api/compare?name=a&name=a", 400, "two or more"),
     ("/static/../pyproject.toml", 404, ""),
@@ -194,3 +195,12 @@ def test_the_favicon_a_browser_asks_for_is_served(tmp_path: Path) -> None:
         answer = httpx.get(f"{url}/favicon.ico")
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("image/svg+xml")
     assert answer.text.startswith("<svg")
+
+
+def test_a_command_line_run_has_an_empty_console_not_a_404(root: Path) -> None:
+    """The run page polls the console every 2 s: a run started from the command line has none, which is no error."""
+    with studio(root) as url:
+        answer = httpx.get(f"{url}/api/console", params={"name": "a"})
+        assert answer.status_code == 200 and answer.json()["text"] == ""
+        assert "launched from the studio" in answer.json()["note"]
+        assert httpx.get(f"{url}/api/console", params={"name": "nope"}).status_code == 404  # no such run still is

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 
@@ -128,6 +129,10 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
     async def refused(_: Request, exc: StudioError) -> JSONResponse:
         return JSONResponse({"error": {"message": str(exc)}}, status_code=exc.status)
 
+    @app.exception_handler(RequestValidationError)
+    async def malformed(_: Request, exc: RequestValidationError) -> JSONResponse:  # in the studio's shape, one line
+        return JSONResponse({"error": {"message": validation_message(exc)}}, status_code=422)
+
     @app.exception_handler(APIError)
     async def refused_by_the_server(_: Request, exc: APIError) -> JSONResponse:  # a chat request the engine refuses
         return JSONResponse(exc.body(), status_code=exc.status)
@@ -177,8 +182,8 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
     async def console(name: str) -> dict[str, Any]:
         """The last lines of RUN/console.log, the output of a run the studio launched."""
         file = resolve_run(root, name) / launcher.CONSOLE
-        if not file.is_file():
-            raise StudioError(f"{name} has no {launcher.CONSOLE} (only runs launched from the studio have one)", 404)
+        if not file.is_file():  # a run started from the command line: nothing to show, not an error to poll for
+            return {"text": "", "note": f"only runs launched from the studio have a {launcher.CONSOLE}"}
         with file.open("rb") as f:
             f.seek(max(0, file.stat().st_size - CONSOLE_TAIL))
             return {"text": f.read().decode("utf-8", errors="replace")}
@@ -231,6 +236,17 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
 
 async def _favicon() -> FileResponse:
     return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
+
+
+def validation_message(exc: RequestValidationError) -> str:
+    """FastAPI's first complaint as one line: `query parameter 'name': Field required`."""
+    errors = exc.errors()
+    if not errors:
+        return "malformed request"
+    first = errors[0]
+    where = [str(part) for part in first.get("loc", ())]
+    place = f"{where[0]} parameter {'.'.join(where[1:])!r}" if len(where) > 1 else ".".join(where) or "request"
+    return f"{place}: {first.get('msg', 'invalid')}"
 
 
 def _options(value: Any) -> dict[str, Any]:
