@@ -50,11 +50,34 @@ def test_in_process_replies_match_the_engine_on_the_trimmed_history(run_dir: Pat
     def reply(history: list[int]) -> str:
         ids = engine.generate([history[-(32 - 8):]], 8, GREEDY, stop_ids=[tokenizer.eot_id])[0]
         stream = TextStream(tokenizer)
-        return "".join(stream.push(i) for i in ids) + stream.flush() + "\n"
+        text = "".join(stream.push(i) for i in ids) + stream.flush()
+        return text.replace("\\", "\\\\").replace("\n", "\\n") + "\n"  # scripted: one line per reply
 
     # after /reset the second reply sees only "x = 1\n"
     assert out == reply(tokenizer.encode("class Point:\n")) + reply(tokenizer.encode("x = 1\n"))
     assert "history cleared" in err
+
+
+def test_scripted_chat_prints_exactly_one_line_per_turn(run_dir: Path, monkeypatch, capsys) -> None:
+    """A reply with line breaks is one line: its line breaks (and backslashes) are written out as escapes."""
+    import io
+
+    from tinylm.checkpoint import load_model
+    from tinylm.cli.main import main
+    from tinylm.inference.engine import Engine
+
+    tokenizer = load_model(run_dir)[1]
+    replies = [tokenizer.encode("a\nb\\c"), tokenizer.encode("done")]
+
+    def scripted(self: Engine, ids: list[int], *args, **kwargs):
+        yield from replies.pop(0)
+
+    monkeypatch.setattr(Engine, "stream", scripted)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("x = 1\nz\n"))
+    assert main(["chat", "--checkpoint", str(run_dir), "--temperature", "0", "--max-new-tokens", "8"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["a\\nb\\\\c", "done"], err
+    assert replies == []
 
 
 def test_missing_checkpoint_is_one_line(tmp_path: Path) -> None:

@@ -47,3 +47,12 @@ def test_a_message_that_cannot_fit_is_one_clear_error_and_is_not_kept() -> None:
     with pytest.raises(TinyLMError, match="no room for a reply"):
         session.prompt("hello there, how are you? " * 10)
     assert session.turns == []
+
+
+def test_when_only_the_current_exchange_is_left_the_reply_gets_the_room_that_is_left() -> None:
+    session = ChatSession(chat(), window=40, reply_room=30)
+    ids, dropped = session.prompt("hello there, how are you?")
+    assert dropped == 0 and 40 - len(ids) < 30  # less than the reply room is left: the reply takes what is left
+    assert session.room(ids) == 40 - len(ids) >= 1
+    short, _ = ChatSession(chat(), window=200, reply_room=30).prompt("hi")
+    assert ChatSession(chat(), window=200, reply_room=30).room(short) == 30

@@ -74,11 +74,60 @@ def test_chat_runs_the_call_and_prompts_again_with_the_result(chat_run: Path, mo
                  "--temperature", "0", "--max-new-tokens", "64"]) == 0
     out, err = capsys.readouterr()
     assert f"tinylm: calculator({ARGUMENTS}) -> 201954" in err.splitlines()
-    assert out.splitlines()[-1] == "201954" and rounds == []
+    assert out == "201954\n" and rounds == []  # one line for the turn: the answer, never the call markup
     # the first prompt declares the tool on the system turn; the second is the conversation with the result
     head = {"role": "system", "content": "Be exact.", "tools": tool_declarations(get_tools("calculator"))}
     assert prompts[0] == chat.prompt_ids([head, {"role": "user", "content": QUESTION}])
     assert prompts[1] == expected_second_prompt(chat, "Be exact.")
+
+
+def test_the_readme_example_answers_when_less_than_the_default_reply_length_is_left(
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch, capsys) -> None:
+    """README: `echo 'What is 347 * 582?' | tinylm chat --checkpoint runs/calc-sft --tools calculator`. The tiny
+    preset's window is 256 tokens and a reply may take 128 by default; with the tool declared, the call and its
+    result, less than 128 are left for the answer. The answer gets the room that is left, not a refusal. (This
+    test tokenizer spells the declaration in more tokens than the tiny preset's, so its window is 384.)"""
+    window = 384
+    root = tmp_path_factory.mktemp("tools-window")
+    base = make_run(root, context_length=window)
+    model, tokenizer, _ = load_model(base)
+    chat = ChatFormat.from_tokenizer(tokenizer)
+    save_checkpoint(root / "calc-sft", 5, model, model.config, tokenizer_file=tokenizer.save(root / "tok.json"),
+                    meta={"chat_template": chat.jinja_template()})
+    system = ""  # padded until the conversation after the result leaves 40-100 tokens: less than the 128 asked
+    while window - len(expected_second_prompt(chat, system)) > 100:
+        system += "Be exact. "
+    left = window - len(expected_second_prompt(chat, system))
+    assert 1 <= left < 128
+    rounds, limits = call_then_answer(chat), []
+
+    def scripted(self: Engine, ids: list[int], limit: int, *args: Any, **kwargs: Any) -> Iterator[int]:
+        limits.append((len(ids), limit))
+        yield from rounds.pop(0)
+
+    monkeypatch.setattr(Engine, "stream", scripted)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(QUESTION + "\n"))
+    assert main(["chat", "--checkpoint", str(root / "calc-sft"), "--tools", "calculator", "--system", system,
+                 "--temperature", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "201954\n", err
+    assert limits[0][1] == 128 and limits[1] == (window - left, left)  # the answer gets exactly the room left
+    assert "no room" not in err
+
+
+def test_a_line_that_cannot_be_answered_is_an_empty_line_so_a_script_stays_aligned(chat_run: Path, monkeypatch,
+                                                                                    capsys) -> None:
+    chat = chat_of(chat_run)
+    rounds = [chat.content_ids("4")]
+
+    def scripted(self: Engine, ids: list[int], *args: Any, **kwargs: Any) -> Iterator[int]:
+        yield from rounds.pop(0)
+
+    monkeypatch.setattr(Engine, "stream", scripted)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("What is 2 + 2? " * 200 + "\nWhat is 2 + 2?\n"))
+    assert main(["chat", "--checkpoint", str(chat_run), "--temperature", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "\n4\n" and "write a shorter message" in err
 
 
 def test_generate_prints_the_final_answer_and_the_calls_on_stderr(chat_run: Path, monkeypatch, capsys) -> None:

@@ -6,7 +6,9 @@ declares them, a reply may be a set of calls, their results come back as tool tu
 is prompted again (`follow_up`) until it answers. When the conversation no longer fits the window
 with room for a reply, the oldest exchanges are dropped first (a user turn with everything that
 answered it, tool turns included), never the system prompt, and the caller is told how many went,
-so a long chat degrades by forgetting its beginning instead of failing.
+so a long chat degrades by forgetting its beginning instead of failing. When only the current
+exchange is left (a long message, or a tool declaration, call and result in a small window), the
+reply gets the room that is left (`room`) rather than none: a 256-token model can still answer.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ class ChatSession:
             head["tools"] = self.tools
         return [head, *turns]
 
+    def room(self, ids: list[int]) -> int:
+        """Tokens the reply to `ids` may take: `reply_room`, or less when only the window's end is left."""
+        return max(0, min(self.reply_room, self.window - len(ids)))
+
     def _fit(self) -> tuple[list[int], int]:
         """Prompt ids for the next reply, dropping the oldest exchanges until they leave room for it."""
         budget = self.window - self.reply_room
@@ -46,7 +52,7 @@ class ChatSession:
                 break
             del self.turns[:later_user]  # the oldest user turn and everything that answered it
             dropped += 1
-        if len(ids) > budget:
+        if self.room(ids) < 1:
             raise TinyLMError(f"this conversation ({len(ids)} tokens with the system prompt) leaves no room for a "
                               f"reply in the model's {self.window}-token window; write a shorter message")
         return ids, dropped
@@ -62,7 +68,11 @@ class ChatSession:
 
     def follow_up(self) -> tuple[list[int], int]:
         """Prompt ids for the reply after the tool results just added."""
-        return self._fit()
+        try:
+            return self._fit()
+        except TinyLMError:
+            raise TinyLMError(f"the tool results filled the model's {self.window}-token window: no room for "
+                              "an answer; /reset to start over") from None
 
     def add_reply(self, reply: str | dict[str, Any]) -> None:
         """The model's reply: its text, or the assistant message it parsed into (with calls, reasoning)."""
