@@ -292,6 +292,48 @@ def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(server, cli
     assert client.completions.create(**good).usage.prompt_tokens == 1
 
 
+@pytest.mark.parametrize(("route", "fields", "says"), [
+    ("chat", {"temperature": 2.5}, "temperature: Input should be less than or equal to 2"),
+    ("completions", {"temperature": 99}, "temperature: Input should be less than or equal to 2"),
+    ("chat", {"top_p": 0}, "top_p: Input should be greater than 0"),
+    ("chat", {"top_p": 1.5}, "top_p: Input should be less than or equal to 1"),
+    ("chat", {"max_tokens": 0}, "max_tokens: Input should be greater than or equal to 1"),
+    ("chat", {"max_completion_tokens": 0}, "max_completion_tokens: Input should be greater than or equal to 1"),
+])
+def test_sampling_outside_openais_ranges_is_a_422_naming_the_field(client: openai.OpenAI, route: str, fields: dict,
+                                                                   says: str) -> None:
+    """OpenAI's ranges: temperature in [0, 2], top_p in (0, 1], a chat reply of at least 1 token."""
+    with pytest.raises(openai.UnprocessableEntityError) as caught:
+        if route == "chat":
+            client.chat.completions.create(model="micro", messages=[{"role": "user", "content": "hi"}], **fields)
+        else:
+            client.completions.create(model="micro", prompt="x", max_tokens=2, **fields)
+    assert caught.value.body["message"] == says and caught.value.body["param"] == next(iter(fields))
+
+
+def test_the_ends_of_openais_ranges_are_accepted(client: openai.OpenAI) -> None:
+    chat = client.chat.completions.create(model="micro", messages=[{"role": "user", "content": "hi"}], temperature=2,
+                                          top_p=1, max_tokens=1, max_completion_tokens=1)
+    assert chat.usage.completion_tokens == 1
+    scored = client.completions.create(model="micro", prompt="x y", max_tokens=0, echo=True, logprobs=1)
+    assert scored.usage.completion_tokens == 0  # a completion may still ask for no token: it scores the prompt
+
+
+def test_a_body_not_sent_as_json_is_a_415_naming_its_content_type(server) -> None:
+    url, _, _ = server
+    body = json.dumps({"model": "micro", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+    for route in ("/v1/chat/completions", "/v1/completions", "/admin/reload"):
+        reply = httpx.post(url + route, content=body, headers={"content-type": "text/plain"})
+        assert reply.status_code == 415, reply.text
+        assert reply.json()["error"]["message"] == ("the body was sent as Content-Type 'text/plain': send it as "
+                                                    "application/json")
+    untyped = httpx.post(url + "/v1/chat/completions", content=body)
+    assert untyped.status_code == 415 and "with no Content-Type" in untyped.json()["error"]["message"]
+    typed = httpx.post(url + "/v1/chat/completions", content=body,
+                       headers={"content-type": "application/json; charset=utf-8"})
+    assert typed.status_code == 200
+
+
 def test_an_api_key_is_required_when_set(tmp_path: Path) -> None:
     with serving(make_checkpoint(tmp_path), api_key="s3cret") as (url, _, _):
         with pytest.raises(openai.AuthenticationError):

@@ -130,6 +130,18 @@ def test_tool_choice_none_required_and_named(served) -> None:
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "naming a declared tool"),
     ({"tool_choice": "required"}, "declares no tools"),
     ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tool 1 is not"),
+    ({"tools": [ADD, {"type": "retrieval", "retrieval": {}}]}, "tool 2 is of type 'retrieval'"),
+    ({"tools": [{"type": "function", "function": {"name": "w", "parameters": "notanobject"}}]},
+     "tool 1 ('w'): parameters must be a JSON Schema object, got str"),
+    ({"tools": [{"type": "function", "function": {"name": "w", "parameters": {"type": "string"}}}]},
+     "tool 1 ('w'): parameters must be a JSON Schema of type 'object', got 'string'"),
+    ({"tools": [{"type": "function", "function": {"name": "a b\nc<|call|>"}}]},
+     "tool 1: the name 'a b\\nc<|call|>' does not match ^[a-zA-Z0-9_-]{1,64}$"),
+    ({"tools": [{"type": "function", "function": {"name": "x" * 65}}]}, "does not match ^[a-zA-Z0-9_-]{1,64}$"),
+    ({"messages": [*ASK, {"role": "tool", "content": "4"}]}, "a tool result with no tool call before it"),
+    ({"messages": [*ASK, {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {
+        "name": "a b", "arguments": "{}"}}]}, {"role": "tool", "content": "4"}]},
+     "message 2: the call's name 'a b' does not match ^[a-zA-Z0-9_-]{1,64}$"),
 ])
 def test_a_bad_tool_request_is_a_400_and_the_server_keeps_serving(served, options, says: str) -> None:
     client, _ = served
@@ -137,6 +149,34 @@ def test_a_bad_tool_request_is_a_400_and_the_server_keeps_serving(served, option
         ask(client, **options)
     assert says in str(error.value)
     assert ask(client, tools=TOOLS).choices[0].finish_reason == "tool_calls"
+
+
+def test_a_history_may_call_tools_the_request_no_longer_declares(served) -> None:
+    """A client that drops `tools` once its calls are done can go on: the calls and results render as history,
+    and nothing is declared, so the model cannot call again (<|call|> ends its reply)."""
+    client, chat = served
+    first = ask(client, tools=TOOLS).choices[0].message
+    history = [*ASK, first.model_dump(exclude_none=True),
+               {"role": "tool", "tool_call_id": first.tool_calls[0].id, "content": "4"}]
+    reply = ask(client, history)
+    rendered = chat.render([*ASK, {"role": "assistant", "content": " weigh", "reasoning_content": "hm",
+                                   "tool_calls": [{"type": "function", "function": {
+                                       "name": "add", "arguments": '{"a": 2}'}}]},
+                            {"role": "tool", "content": "4"}], check=False)
+    assert reply.usage.prompt_tokens == len(rendered.ids) + 1  # + <|assistant|>; no "Tools:" in the system turn
+    choice = reply.choices[0]
+    assert (choice.message.content, choice.message.tool_calls, choice.finish_reason) == (" weigh", None, "stop")
+
+
+def test_a_call_to_a_tool_the_request_does_not_declare_stays_text(served) -> None:
+    """The bigram calls 'add' whatever is declared: with only 'su' declared, no client could run that call."""
+    client, _ = served
+    choice = ask(client, tools=[OTHER]).choices[0]
+    assert (choice.message.content, choice.message.tool_calls, choice.finish_reason) == (
+        ' weighadd\n{"a": 2}', None, "stop")
+    streamed = list(ask(client, tools=[OTHER], stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in streamed) == ' weighadd\n{"a": 2}'
+    assert not [c for c in streamed if c.choices[0].delta.tool_calls]
 
 
 def test_sixteen_at_once_answer_as_one_at_a_time(served) -> None:

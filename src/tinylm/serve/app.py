@@ -52,6 +52,7 @@ def create_app(served: ServedModel, api_key: str | None = None, admin_token: str
     started = int(time.time())
     install_error_handlers(app)
     guard = [Depends(_bearer_check(api_key))]
+    posted = [*guard, Depends(_json_only)]
 
     @app.get("/health")
     async def health() -> Any:
@@ -74,18 +75,18 @@ def create_app(served: ServedModel, api_key: str | None = None, admin_token: str
                                             "logprobs_mode": served.scheduler.logprobs_mode,
                                             "builtin_tools": [tool.name for tool in served.tools]}]}
 
-    @app.post("/v1/completions", dependencies=guard)
+    @app.post("/v1/completions", dependencies=posted)
     async def completions(body: CompletionRequest, request: Request) -> Any:
         jobs, prompts = completion_jobs(served, body)
         generation = Generation(served.scheduler, served.tokenizer, jobs, body.stop_strings()).start()
         reply = CompletionReply(served, body, generation, prompts)
         return _sse(reply.chunks()) if body.stream else await _unless_gone(reply.whole(), generation, request)
 
-    @app.post("/v1/chat/completions", dependencies=guard)
+    @app.post("/v1/chat/completions", dependencies=posted)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Any:
         return await chat_reply(served, body, request)
 
-    @app.post("/admin/reload")
+    @app.post("/admin/reload", dependencies=[Depends(_json_only)])
     async def reload(body: ReloadRequest, request: Request) -> dict[str, Any]:
         _admin_check(request, admin_token)
         return await asyncio.to_thread(served.reload, body.checkpoint)
@@ -107,7 +108,7 @@ async def chat_reply(served: ServedModel, body: ChatCompletionRequest, request: 
                                                                                   request)
     jobs, prompt = chat_jobs(served, body)
     generation = start_chat(served, body, jobs, prompt)
-    reply = ChatReply(served, body, generation, len(prompt.ids), prompt.forced)
+    reply = ChatReply(served, body, generation, len(prompt.ids), prompt.names, prompt.forced)
     return _sse(reply.chunks()) if body.stream else await _unless_gone(reply.whole(), generation, request)
 
 
@@ -120,6 +121,17 @@ def _bearer_check(api_key: str | None):
                            code="invalid_api_key", type="authentication_error")
 
     return check
+
+
+async def _json_only(request: Request) -> None:
+    """415 for a body not sent as JSON, naming its Content-Type. FastAPI reads only an application/json body
+    as JSON (none at all neither: a page elsewhere could send that without asking), and would answer
+    "Input should be a valid dictionary" for the others."""
+    given = request.headers.get("content-type", "")
+    kind = given.split(";", 1)[0].strip().lower()
+    if kind != "application/json" and not (kind.startswith("application/") and kind.endswith("+json")):
+        sent = f"as Content-Type {given!r}" if given else "with no Content-Type"
+        raise APIError(415, f"the body was sent {sent}: send it as application/json", code="unsupported_media_type")
 
 
 def _sends_bearer(request: Request, secret: str) -> bool:

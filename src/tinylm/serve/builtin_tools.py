@@ -59,7 +59,7 @@ class BuiltinToolReply(ChatReply):
     """A chat reply over as many rounds as the model's calls to built-in tools take."""
 
     def __init__(self, served: ServedModel, body: ChatCompletionRequest, tools: list[Tool]) -> None:
-        super().__init__(served, body, None, 0)  # type: ignore[arg-type] - one generation per round, below
+        super().__init__(served, body, None, 0, frozenset())  # type: ignore[arg-type] - one generation per round, below
         self.tools, self.names = tools, {tool.name for tool in tools}
         self.declared = [*(body.tools or []), *(tool.declaration() for tool in tools)]
         self.messages: list[ChatMessage] = list(body.messages)
@@ -90,7 +90,7 @@ class BuiltinToolReply(ChatReply):
             self.prompt_tokens += len(prompt.ids)
             generation = start_chat(self.served, self.body, jobs, prompt)
             self.generations.append(generation)
-            segments, finish = ReplySegments(prompt.forced), None
+            segments, finish = ReplySegments(prompt.names, prompt.forced), None
             async for delta in generation.deltas():
                 finish = delta.finish_reason
                 yield delta, [p for p in segments.read(delta) if "tool_calls" not in p], None

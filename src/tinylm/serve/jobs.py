@@ -16,9 +16,17 @@ from typing import Any
 from tinylm.errors import TinyLMError
 from tinylm.inference.sampling import SamplingParams
 from tinylm.serve.generation import Generation
-from tinylm.serve.protocol import APIError, ChatCompletionRequest, CompletionRequest, Sampling
+from tinylm.serve.protocol import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    Sampling,
+    declarations_problem,
+    name_problem,
+)
 from tinylm.serve.scheduler import Job
 from tinylm.serve.served_model import ServedModel
+from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.tokenizer.chat_tokens import CALL
 from tinylm.tokenizer.tool_calls import tool_name
 
@@ -57,6 +65,11 @@ class ChatPrompt:
     tools: list[dict[str, Any]]
     forced: str | None = None
 
+    @property
+    def names(self) -> frozenset[str]:
+        """The tools the model may call: a call to any other is text (no client could run it)."""
+        return frozenset(name for name in map(tool_name, self.tools) if name is not None)
+
 
 def chat_jobs(served: ServedModel, body: ChatCompletionRequest) -> tuple[list[Job], ChatPrompt]:
     """The `n` jobs of a chat request and its prompt."""
@@ -68,8 +81,10 @@ def chat_jobs(served: ServedModel, body: ChatCompletionRequest) -> tuple[list[Jo
         raise APIError(400, "messages must hold at least one message", "messages")
     messages = [m.as_dict(number) for number, m in enumerate(body.messages, 1)]
     tools = list(body.tools or [])
+    if problem := declarations_problem(tools):
+        raise APIError(400, problem, "tools")
     try:
-        ids = chat.prompt_ids(messages, tools or None)
+        ids = _prompt_ids(chat, messages, tools)
     except TinyLMError as exc:
         raise APIError(400, str(exc), "messages") from None
     prompt = _tool_choice(served, body, ChatPrompt(ids, tools))
@@ -81,6 +96,26 @@ def chat_jobs(served: ServedModel, body: ChatCompletionRequest) -> tuple[list[Jo
         stops |= {chat.agent_ids[CALL]}  # no tool to call (with "none" they stay declared: the history may use them)
     return [_job(body, prompt.ids, served.window if limit is None else limit, j, stops, logprobs)
             for j in range(body.n)], prompt
+
+
+def _prompt_ids(chat: ChatFormat, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+    """The ids to generate from, `tools` declared; earlier calls may name tools the request no longer declares.
+
+    OpenAI lets a client drop `tools` once its calls are done, so such calls are checked as if their tools
+    were declared and render as history, while the model hears only of `tools`: it cannot call them again.
+    """
+    declared = {tool_name(tool) for tool in tools}
+    called: dict[str, None] = {}
+    for number, message in enumerate(messages, 1):
+        for call in message.get("tool_calls") or ():
+            if problem := name_problem(call["function"]["name"]):
+                raise APIError(400, f"message {number}: the call's {problem}", "messages")
+            called[call["function"]["name"]] = None
+    history_only = [{"type": "function", "function": {"name": name}} for name in called if name not in declared]
+    chat.validate(messages, [*tools, *history_only] or None)
+    if messages[-1]["role"] == "assistant":
+        raise TinyLMError("a prompt ends with a user, system or tool message, not an assistant one")
+    return [*chat.render(messages, tools or None, check=False).ids, chat.role_ids["assistant"]]
 
 
 def start_chat(served: ServedModel, body: ChatCompletionRequest, jobs: list[Job], prompt: ChatPrompt) -> Generation:

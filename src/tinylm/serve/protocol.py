@@ -1,13 +1,16 @@
 """The OpenAI request fields tinylm understands, and errors as OpenAI clients expect them.
 
-Requests are pydantic models, so a wrong type or an out-of-range number is refused by FastAPI before
-any work (422); what needs the model to check (the model name, the prompt against the window) is
-refused by the routes with `APIError` (400/404). Unknown fields are ignored, as OpenAI's own
-server does for ones it has retired, so clients that send extra options keep working.
+Requests are pydantic models, so a wrong type or a number outside OpenAI's range is refused by FastAPI
+before any work (422); what needs the model to check (the model name, the prompt against the window)
+and what OpenAI's rules say of a tool declaration (`declarations_problem`) are refused by the routes with
+`APIError` (400/404). Unknown fields are ignored, as OpenAI's own server does for ones it has
+retired, so clients that send extra options keep working.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -39,8 +42,8 @@ class Sampling(BaseModel):
     """Fields both endpoints share."""
 
     model: str
-    max_tokens: int | None = Field(default=None, ge=0)
-    temperature: float = Field(default=1.0, ge=0, le=100)
+    max_tokens: int | None = Field(default=None, ge=0)  # 0: a completion that only scores its prompt (echo)
+    temperature: float = Field(default=1.0, ge=0, le=2)  # OpenAI's range
     top_p: float = Field(default=1.0, gt=0, le=1)
     top_k: int | None = Field(default=None, ge=-1)  # -1 or None: off (vLLM's convention)
     min_p: float = Field(default=0.0, ge=0, le=1)
@@ -126,9 +129,44 @@ class ChatCompletionRequest(Sampling):
     tool_choice: Literal["auto", "none", "required"] | dict[str, Any] | None = None
     # tinylm's extension: built-in tools (of `tinylm serve --tools`) the server declares and runs itself
     builtin_tools: list[str] | None = None
-    max_completion_tokens: int | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, ge=1)  # a chat reply of no token is refused, as OpenAI does
+    max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+
+
+# OpenAI's rule for a function's name; it also keeps a call's text, NAME\nARGUMENTS, readable back
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+TOOL_NAME_RULE = "^[a-zA-Z0-9_-]{1,64}$ (letters, digits, '_' and '-', at most 64: OpenAI's rule)"
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot name a tool, or None."""
+    return None if TOOL_NAME.fullmatch(name) else f"name {name!r} does not match {TOOL_NAME_RULE}"
+
+
+def declarations_problem(tools: list[dict[str, Any]]) -> str | None:
+    """What OpenAI refuses in a list of tool declarations, or None: a type other than "function", a name
+    outside OpenAI's rule, parameters that are not an object schema. Accepting them would declare to the
+    model what no OpenAI client could send; a missing name or a duplicate is the chat format's to say."""
+    for number, tool in enumerate(tools, 1):
+        kind = tool.get("type")
+        if kind != "function":
+            said = "has no type" if kind is None else f"is of type {kind!r}"
+            return f"tool {number} {said}: only {{'type': 'function', 'function': ...}} tools can be declared"
+        function = tool.get("function")
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if not isinstance(name, str):
+            continue
+        if problem := name_problem(name):
+            return f"tool {number}: the {problem}"
+        parameters = function.get("parameters", {})
+        if not isinstance(parameters, Mapping):
+            return f"tool {number} ({name!r}): parameters must be a JSON Schema object, got {type(parameters).__name__}"
+        if parameters.get("type", "object") != "object":
+            return (f"tool {number} ({name!r}): parameters must be a JSON Schema of type 'object', got "
+                    f"{parameters['type']!r}")
+    return None
 
 
 class ReloadRequest(BaseModel):

@@ -104,9 +104,9 @@ class ChatReply(_Reply):
     kind = "chat.completion"
 
     def __init__(self, served: ServedModel, body: ChatCompletionRequest, generation: Generation,
-                 prompt_tokens: int, forced: str | None = None) -> None:
+                 prompt_tokens: int, declared: frozenset[str], forced: str | None = None) -> None:
         super().__init__(served, generation, prompt_tokens, "chatcmpl")
-        self.body, self.forced = body, forced
+        self.body, self.declared, self.forced = body, declared, forced
 
     def _logprobs(self, deltas: list[Delta]) -> dict | None:
         if not self.body.logprobs:
@@ -117,7 +117,7 @@ class ChatReply(_Reply):
     async def whole(self) -> dict[str, Any]:
         choices = []
         for index, deltas in enumerate(await self._collect()):
-            segments = ReplySegments(self.forced)
+            segments = ReplySegments(self.declared, self.forced)
             for delta in deltas:
                 segments.read(delta)
             choices.append({"index": index, "message": segments.message(), "logprobs": self._logprobs(deltas),
@@ -137,7 +137,7 @@ class ChatReply(_Reply):
 
     async def chunks(self) -> AsyncIterator[dict[str, Any]]:
         kind = "chat.completion.chunk"
-        segments = [ReplySegments(self.forced) for _ in self.generation.choices]
+        segments = [ReplySegments(self.declared, self.forced) for _ in self.generation.choices]
         for index in range(len(self.generation.choices)):
             yield self._object([{"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                  "finish_reason": None}], kind)

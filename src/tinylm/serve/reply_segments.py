@@ -4,9 +4,9 @@
 reasoning pass through as they come. A call is held until it ends, since a client can do nothing
 with half a name or half the JSON of its arguments: when <|/call|> closes it, it leaves whole as one
 `tool_calls` entry (streamed with its `index`, as OpenAI streams them). A call that is not
-`NAME\\nJSON-object`, or that the budget cut off, is not a call a client could run: its text joins
-the content, so nothing the model wrote is lost. A choice that made a call and stopped by itself
-ends with finish_reason "tool_calls".
+`NAME\\nJSON-object`, that names a tool the request does not declare, or that the budget cut off, is
+not a call a client could run: its text joins the content, so nothing the model wrote is lost. A
+choice that made a call and stopped by itself ends with finish_reason "tool_calls".
 
 The same reader builds the whole reply and the stream, so the two always say the same thing: the
 whole message is `message_of` the pieces the stream sends.
@@ -15,6 +15,7 @@ whole message is `message_of` the pieces the stream sends.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from typing import Any
 
 from tinylm.serve.generation import Delta
@@ -22,9 +23,10 @@ from tinylm.tokenizer.reply_parser import ParsedCall, parse_call
 
 
 class ReplySegments:
-    def __init__(self, forced: str | None = None) -> None:
-        """`forced`: the opening of the first call the prompt already wrote (tool_choice), or None."""
-        self.forced = forced
+    def __init__(self, declared: Collection[str], forced: str | None = None) -> None:
+        """`declared`: the names of the tools the request declares; `forced`: the opening of the first call the
+        prompt already wrote (tool_choice), or None."""
+        self.declared, self.forced = declared, forced
         self.open: int = 1 if forced is not None else 0  # the call being written (0: none)
         self.pending = forced or ""  # its text so far
         self.pieces: list[dict[str, Any]] = []  # every message delta released so far
@@ -55,7 +57,7 @@ class ReplySegments:
     def _end_call(self, closed: bool) -> list[dict[str, Any]]:
         call: ParsedCall = parse_call(self.pending, closed)
         text, self.open, self.pending = self.pending, 0, ""
-        if call.error is not None:
+        if call.error is not None or call.name not in self.declared:
             return [{"content": text}] if text else []
         entry = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                  "function": {"name": call.name, "arguments": call.arguments}}
