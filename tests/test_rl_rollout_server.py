@@ -177,6 +177,11 @@ def test_a_temperature_the_servers_raw_log_probs_cannot_match_is_refused(server:
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"tinylm: error: --temperature 0.7 needs the log-probs of the tempered distribution, but {server} returns "
         "raw ones: start tinylm serve with --logprobs-mode processed")
+    assert main(rl_args(tmp_path / "r3", "grpo", "--rollout-url", server, "--temperature", "2.5",
+                        "--max-steps", "1")) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "tinylm: error: --temperature 2.5 is above 2, the most an OpenAI-compatible server (tinylm serve too) samples "
+        "at: use --temperature 2 or less, or sample in-process (no --rollout-url)")
 
 
 def test_a_server_that_is_not_there_is_one_line_before_any_training(tmp_path: Path,

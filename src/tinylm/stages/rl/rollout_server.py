@@ -79,7 +79,13 @@ class RolloutServer:
         return str(models[0]["id"])
 
     def check_temperature(self, temperature: float) -> None:
-        """Raw log-probs are log softmax(z), the trainer's are log softmax(z / T): they agree at T = 1 only."""
+        """Raw log-probs are log softmax(z), the trainer's are log softmax(z / T): they agree at T = 1 only.
+
+        And an OpenAI-compatible server samples at temperatures in [0, 2] (tinylm serve refuses more)."""
+        if temperature > 2:
+            raise TinyLMError(f"--temperature {temperature:g} is above 2, the most an OpenAI-compatible server (tinylm "
+                              "serve too) samples at: use --temperature 2 or less, or sample in-process (no "
+                              "--rollout-url)")
         if temperature != 1.0 and self.logprobs_mode == "raw":
             raise TinyLMError(f"--temperature {temperature:g} needs the log-probs of the tempered distribution, but "
                               f"{self.url} returns raw ones: start tinylm serve with --logprobs-mode processed")
