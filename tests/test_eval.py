@@ -115,6 +115,39 @@ def test_preference_accuracy_compares_the_two_answers_likelihoods() -> None:
     assert preference_accuracy(model, chat, pairs, batch_size=3) == wins / len(pairs)
 
 
+def test_prefs_file_scores_the_users_own_pairs(tmp_path: Path) -> None:
+    """prefs:FILE reads prompt/chosen/rejected rows (text or message lists) and scores them as prefs:builtin does."""
+    model, tokenizer, _ = load_model(sft_run())
+    chat = ChatFormat.from_tokenizer(tokenizer)
+    pairs = preference_pairs(TASK, "test", 6, seed=0)
+    rows = [{"prompt": p.example.prompt[-1]["content"], "chosen": p.chosen, "rejected": p.rejected} for p in pairs]
+    rows[0] = {"prompt": pairs[0].example.prompt, "chosen": [{"role": "assistant", "content": pairs[0].chosen}],
+               "rejected": [{"role": "assistant", "content": pairs[0].rejected}]}  # trl's conversational layout
+    file = tmp_path / "pairs.jsonl"
+    file.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    out = _eval_json(sft_run(), f"prefs:{file}", "--examples", "5", "--no-record")
+    assert out["scores"][f"prefs:{file}"]["preference_accuracy"] == preference_accuracy(model, chat, pairs[:5])
+
+
+@pytest.mark.parametrize("case", ["missing", "malformed_json", "no_rejected", "identical"])
+def test_a_bad_prefs_file_is_one_line_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      case: str) -> None:
+    file = tmp_path / "pairs.jsonl"
+    good = json.dumps({"prompt": "1 + 1?", "chosen": "2", "rejected": "3"})
+    bad = {"malformed_json": '{"prompt": "2 + 2?", "chosen": "4"',
+           "no_rejected": json.dumps({"prompt": "x", "chosen": "4"}),
+           "identical": json.dumps({"prompt": "x", "chosen": "4", "rejected": "4"})}
+    expected = {"missing": f"preference file not found: {file}", "malformed_json": f"{file}:2: malformed JSON",
+                "no_rejected": f"{file}:2: a preference pair needs prompt, chosen and rejected",
+                "identical": f"{file}:2: chosen and rejected are identical"}[case]
+    if case != "missing":
+        file.write_text(f"{good}\n{bad[case]}\n", encoding="utf-8")
+    # the file is read before any checkpoint: this one does not even exist
+    assert main(["eval", "--checkpoint", str(tmp_path / "no-run"), "--tasks", f"prefs:{file}"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert expected in err and len(err.splitlines()) == 1, err
+
+
 def test_gsm8k_reads_the_number_after_the_hashes(tmp_path: Path) -> None:
     assert final_number("3 + 4 = 7\n#### 1,234") == 1234
     assert final_number("the answer is 7.0 apples") == final_number("#### 7")

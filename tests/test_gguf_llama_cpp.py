@@ -130,6 +130,24 @@ def test_a_chat_model_through_its_template_gives_tinylm_tokens(tokenizer_file: P
     assert shared >= N and answer["tokens"][:shared] == reply[:shared]  # the streamed tokens: the same reply
 
 
+def test_a_chat_session_without_its_default_system_prompt_gives_tinylm_ids(tokenizer_file: Path,
+                                                                            tmp_path: Path) -> None:
+    """docs/pipeline/gguf.md: a LlamaChatSession whose history is set to [] has no system turn, as tinylm's prompt.
+
+    Left as it starts, the session holds node-llama-cpp's default system prompt; probe.mjs sets the history to the
+    conversation's messages before the last, here none."""
+    tokenizer = load_tokenizer(tokenizer_file)
+    chat = ChatFormat.from_tokenizer(tokenizer)
+    config = modern_config("gqa", vocab_size=VOCAB, context_length=CONTEXT)
+    checkpoint = random_checkpoint(tmp_path, "chat", config, tokenizer_file, scale=0.3,
+                                   meta={"stage": "sft", "chat_template": chat.jinja_template()})
+    messages = [{"role": "user", "content": "What is 2 + 3?"}]
+    answer = llama_cpp(export_gguf(checkpoint, tmp_path / "gguf").file, [{"kind": "chat", "messages": messages,
+                                                                          "n": 2}], context=CONTEXT)["answers"][0]
+    prompt = chat.prompt_ids(messages)
+    assert answer["context_tokens"][:len(prompt)] == prompt  # no <|system|> turn before the user's
+
+
 def test_a_chat_reply_stops_at_end_of_turn(tmp_path: Path) -> None:
     """The hand-built chat model answers 'ret' <|system|> 'urn' then <|end|>: llama.cpp stops there, not at 40."""
     run_dir, tokenizer = chat_checkpoint(tmp_path)

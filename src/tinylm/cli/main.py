@@ -7,21 +7,28 @@ for it adds only its --help examples and closing lines.
 Every option can also come from a TOML or JSON file given with `--config FILE` (keys are option
 names, with dashes or underscores), checked as the flags are (see options_file.py); options on the
 command line win. User mistakes surface as one line on stderr and a non-zero exit, never a
-traceback (see errors.py); a closed stdout ends the command quietly.
+traceback (see errors.py); a closed stdout ends the command quietly. Importing this module is quick:
+the command's modules, torch among them, load inside `main`, where a Ctrl-C waits until they have
+loaded and is then "tinylm: interrupted" and exit 130 like any later one (`_interrupt_after_imports`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import signal
 import sys
-from typing import Any, NoReturn
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import tinylm.runtime.start_env  # noqa: F401  (first: sets MKL_CBWR before torch loads)
-from tinylm.cli.run_stage import add_stage_arguments, run_stage_command
 from tinylm.errors import CLOSED_PIPE_EXIT, TinyLMError, error_prefix, silence_closed_stdout, user_message
 from tinylm.options_file import apply_options, load_options_file
-from tinylm.stages import STAGES, StageSpec, command_of, stage_of_command
+
+if TYPE_CHECKING:
+    from tinylm.stages import StageSpec
 
 TOOLS: tuple[str, ...] = ("generate", "chat", "eval", "serve", "export", "import", "report", "bench", "compare",
                           "speedrun", "plot", "pipeline", "studio")
@@ -29,6 +36,8 @@ TOOLS: tuple[str, ...] = ("generate", "chat", "eval", "serve", "export", "import
 
 def commands() -> tuple[str, ...]:
     """Every command: prepare, one per row of the stage table (read now: a row added is a command), the tools."""
+    from tinylm.stages import STAGES, command_of  # in main's try: the stage table imports torch (see the top)
+
     return ("prepare", *(command_of(name) for name in STAGES), *TOOLS)
 
 
@@ -39,9 +48,13 @@ class StageCommand:
         self.spec, self.HELP, self.__doc__ = spec, spec.help, spec.help
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        from tinylm.cli.run_stage import add_stage_arguments  # in main's try: it imports torch (see the top)
+
         add_stage_arguments(parser, self.spec)
 
     def run(self, args: argparse.Namespace) -> int:
+        from tinylm.cli.run_stage import run_stage_command  # in main's try: it imports torch (see the top)
+
         return run_stage_command(args, self.spec)
 
 
@@ -50,6 +63,8 @@ def _command_module(name: str) -> Any:
     try:
         return importlib.import_module(f"tinylm.cli.commands.{module}")
     except ModuleNotFoundError as exc:
+        from tinylm.stages import stage_of_command  # in main's try: the stage table imports torch (see the top)
+
         spec = stage_of_command(name)
         if spec is None or exc.name != f"tinylm.cli.commands.{module}":
             raise
@@ -136,10 +151,33 @@ def _config_path(parser: argparse.ArgumentParser, args: list[str]) -> str | None
     return known.config
 
 
+@contextlib.contextmanager
+def _interrupt_after_imports() -> Iterator[None]:
+    """A Ctrl-C during the block is raised when it ends (a second or two of imports), not inside it.
+
+    Raised inside torch's import, a KeyboardInterrupt can pass through code an extension ran, and then
+    `python -m tinylm` exits by the signal itself after printing "interrupted" (status -2, not 130).
+    Only where Python's own handler is in place, in the main thread (a SIGINT ignored stays ignored)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    interrupted: list[int] = []
+    signal.signal(signal.SIGINT, lambda number, frame: interrupted.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if interrupted:
+        raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parse_command_line(argv)
+        with _interrupt_after_imports():
+            args = parse_command_line(argv)  # imports the command's module
+            import torch  # noqa: F401  (here: the commands that import it as they run import it at once)
         if not getattr(args, "_run", None):
             build_parser()[0].print_help()
             return 2

@@ -10,6 +10,8 @@
                              multiple choice by log-likelihood: acc and acc_norm
     prefs:TASK               preference accuracy: how often the model gives the verified answer of a
                              held-out pair of a task spec more probability than the task's wrong one
+    prefs:FILE               ... the chosen answer of each pair of a prompt/chosen/rejected file
+                             (`preference_file.py`) more than its rejected one
 
 Which specs name a task, and which task, is `tasks/registry.py`'s alone; this module only adds the
 kinds that are not tasks. FILE may be `hf:NAME[:CONFIG][:SPLIT]` (split `test` unless named) where a
@@ -34,15 +36,17 @@ from tinylm.evaluate.bpb import corpus_bpb, pretraining_data
 from tinylm.evaluate.exact_match import exact_match, pass_at_k
 from tinylm.evaluate.multiple_choice import load_questions, score_questions
 from tinylm.evaluate.preference_accuracy import preference_accuracy
+from tinylm.evaluate.preference_file import load_preference_file
 from tinylm.options import BATCH_SIZE, COUNT_LIMIT, MAX_NEW_TOKENS, SEED, TEMPERATURE, Option, check_options
-from tinylm.tasks.preference_pairs import preference_pairs
+from tinylm.tasks.preference_pairs import PreferencePair, preference_pairs
 from tinylm.tasks.registry import get_task, is_task_spec
 from tinylm.tasks.task import Task
 from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.tokenizer.tokenizer import Tokenizer
 
 CHOICE_LAYOUTS = ("hellaswag", "arc", "mmlu")
-KNOWN = "bpb, bpb:DIR, builtin:NAME, code, gsm8k:FILE, hellaswag:FILE, arc:FILE, mmlu:FILE, prefs:builtin:NAME"
+KNOWN = ("bpb, bpb:DIR, builtin:NAME, code, gsm8k:FILE, hellaswag:FILE, arc:FILE, mmlu:FILE, prefs:builtin:NAME, "
+         "prefs:FILE")
 
 
 @dataclass
@@ -146,10 +150,14 @@ class MultipleChoice(EvalTask):
 @dataclass
 class Preferences(EvalTask):
     spec: str
-    task_spec: str
+    task_spec: str | None  # a task's held-out pairs, or None for those read from a file
+    file_pairs: list[PreferencePair] = field(default_factory=list)
 
     def run(self, subject: Subject, options: EvalOptions) -> TaskResult:
-        pairs = preference_pairs(self.task_spec, "test", options.examples, options.seed)
+        if self.task_spec is None:
+            pairs = self.file_pairs[:options.examples]
+        else:
+            pairs = preference_pairs(self.task_spec, "test", options.examples, options.seed)
         return TaskResult(self.spec, {"preference_accuracy": preference_accuracy(
             subject.model, subject.chat, pairs, options.batch_size)})
 
@@ -162,9 +170,11 @@ def parse_task(spec: str) -> EvalTask:
         return BitsPerByte(spec, Path(rest) if rest else None)
     if kind in CHOICE_LAYOUTS and rest:
         return MultipleChoice(spec, kind, load_questions(kind, rest))
-    if kind == "prefs" and rest:
+    if kind == "prefs" and rest and is_task_spec(rest):
         get_task(rest)  # an unknown task fails here, before the model loads
         return Preferences(spec, rest)
+    if kind == "prefs" and rest:
+        return Preferences(spec, None, load_preference_file(rest))
     if is_task_spec(spec):
         return Generative(spec, get_task(spec))
     raise TinyLMError(f"unknown evaluation task {spec!r}: known are {KNOWN}")

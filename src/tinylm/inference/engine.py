@@ -55,12 +55,14 @@ class Engine:
         sampling: SamplingParams | None = None,
         seed: int = 0,
         stop_ids: Iterable[int] = (),
+        min_new_tokens: int = 0,
     ) -> list[list[int]]:
-        """New token ids for each prompt, without the stop token that ended it."""
+        """New token ids for each prompt, without the stop token that ended it (none before `min_new_tokens`)."""
         limits = _limits(max_new_tokens, len(prompts))
         stops = set(stop_ids)
         with torch.inference_mode():
-            steps = self._decode(prompts, limits, sampling or SamplingParams(), seed, stops, self.sync_every)
+            steps = self._decode(prompts, limits, sampling or SamplingParams(), seed, stops, self.sync_every,
+                                 min_new_tokens)
             produced = torch.stack(list(steps), dim=1) if max(limits) else torch.zeros(len(prompts), 0)
             rows = produced.tolist()  # the one read-back of the whole generation
         results = []
@@ -77,11 +79,15 @@ class Engine:
         sampling: SamplingParams | None = None,
         seed: int = 0,
         stop_ids: Iterable[int] = (),
+        min_new_tokens: int = 0,
     ) -> Iterator[int]:
-        """Yield new token ids one by one as they are produced; stops before a stop token."""
+        """Yield new token ids one by one as they are produced; stops before a stop token.
+
+        `min_new_tokens`: no stop token is drawn before that many tokens (a new document is not empty)."""
         stops = set(stop_ids)
         with torch.inference_mode():
-            for step in self._decode([prompt], [max_new_tokens], sampling or SamplingParams(), seed, stops, 1):
+            for step in self._decode([prompt], [max_new_tokens], sampling or SamplingParams(), seed, stops, 1,
+                                     min_new_tokens):
                 token = int(step[0])
                 if token in stops:
                     return
@@ -96,6 +102,7 @@ class Engine:
         seed: int,
         stops: set[int],
         sync_every: int,
+        min_new_tokens: int = 0,
     ) -> Iterator[torch.Tensor]:
         """Yield the batch's next tokens [B] per step until everyone is done."""
         prompts = [list(p)[-self.window :] for p in prompts]  # the model cannot see further back
@@ -125,7 +132,10 @@ class Engine:
         logits, cache_lo = self._encode(runner, seq, starts, slot_ids, P), min(starts)
         end = P
         for step in range(total):
-            token = sample(logits[:, -1], sampling, generator, seen)
+            last = logits[:, -1]
+            if step < min_new_tokens and stops:  # before any filter: the stops can never be drawn
+                last = last.index_fill(-1, stop_t, float("-inf"))
+            token = sample(last, sampling, generator, seen)
             seq[:, end] = token
             end += 1
             yield token

@@ -27,6 +27,7 @@ from tinylm.interop.hf_export import canonical_weights
 from tinylm.interop.ollama_modelfile import modelfile, ollama_note
 from tinylm.interop.output_folder import output_folder
 from tinylm.models.lora import merged_weights
+from tinylm.tokenizer.chat_tokens import CALL
 
 GGUF_NAME = "model.gguf"
 FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "bf16": 32}  # llama.cpp's LlamaFileType
@@ -75,7 +76,8 @@ def export_gguf(checkpoint: str | Path, out: str | Path, quant: str = "f32") -> 
         stops = [vocab.tokens[i] for i in dict.fromkeys((vocab.eot_id, vocab.end_id))]
         (folder / "Modelfile").write_text(
             modelfile(GGUF_NAME, config.context_length, stops, vocab.tokens[vocab.eot_id],
-                      chat=vocab.chat_template is not None, note=ollama_note(architecture)), encoding="utf-8")
+                      chat=vocab.chat_template is not None, note=ollama_note(architecture),
+                      tools=CALL in (vocab.chat_template or "")), encoding="utf-8")
         size = (folder / GGUF_NAME).stat().st_size
     return GGUFExport(Path(out), architecture, quant, size, fallbacks, ollama_note(architecture))
 

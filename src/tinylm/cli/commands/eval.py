@@ -12,6 +12,7 @@ tasks (comma-separated):
   gsm8k:FILE                            GSM8K-layout JSONL (the answer after ####), every row held out
   hellaswag:FILE, arc:FILE, mmlu:FILE   multiple choice by log-likelihood (acc, acc_norm; `core` over them)
   prefs:builtin:arith                   preference accuracy on held-out verified pairs
+  prefs:FILE                            ... on your pairs: JSONL/JSON/CSV rows of prompt, chosen, rejected
   FILE may be hf:NAME[:CONFIG][:SPLIT] with a network (split test unless named).
 
 examples:

@@ -2,7 +2,8 @@
 
 RUN is a run folder (its newest checkpoint) or one checkpoint folder. The prompt comes from
 --prompt or --prompt-file; with neither (or an empty one) generation starts a fresh document from the
-end-of-text token. A prompt longer than the model's window keeps its last tokens, with a notice.
+end-of-text token, and its first token is never end-of-text (a new document is at least one token
+long; it ends at the next one). A prompt longer than the model's window keeps its last tokens, with a notice.
 
 examples:
   tinylm generate --checkpoint runs/tiny-modern --prompt "def main(" --max-new-tokens 100
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +61,8 @@ def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_sampling_arguments(parser, max_new_tokens=200)
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--prompt", default=None, metavar="TEXT", help="text to continue")
+    source.add_argument("--prompt", default=None, metavar="TEXT",
+                        help="text to continue (none: a new document, never empty)")
     source.add_argument("--prompt-file", default=None, metavar="F", help="read the prompt from a UTF-8 file")
     parser.add_argument("--draft", default=None, metavar="RUN",
                         help="a small model with the same tokenizer for speculative decoding")
@@ -144,6 +147,20 @@ def _read_prompt(args: argparse.Namespace) -> str:
         raise TinyLMError(f"prompt file {path} is not UTF-8 text") from None
 
 
+def _tokens(engine: Engine, draft: Any, ids: list[int], limit: int, sampling: SamplingParams, seed: int,
+            stops: list[int], stats: SpeculativeStats, fresh: bool) -> Iterator[int]:
+    """One sample's new tokens (at most `limit`). A new document (`fresh`: no prompt) cannot end before its first
+    token: end-of-text follows end-of-text often enough in training that most seeds would print nothing."""
+    first = min(int(fresh), limit)
+    if draft is None:
+        yield from engine.stream(ids, limit, sampling, seed=seed, stop_ids=stops, min_new_tokens=first)
+        return
+    opening = list(engine.stream(ids, first, sampling, seed=seed, stop_ids=stops, min_new_tokens=first))
+    yield from opening  # speculative decoding goes on from the document's first token
+    yield from speculative_stream(engine.model, draft, ids + opening, limit - len(opening), sampling=sampling,
+                                  seed=seed, stop_ids=stops, stats=stats)
+
+
 def _write(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
@@ -199,9 +216,9 @@ def run(args: argparse.Namespace) -> int:
         ids, stops = chat_prompt(text, args.system, tokenizer, meta, window, tools)
         if tools:
             return _generate_with_tools(Engine(model), chat_format_of(tokenizer, meta), text, args, tools, window)
-        text = ""  # the reply is printed, not the rendered conversation
+        text, fresh = "", False  # the reply is printed, not the rendered conversation
     else:
-        ids = prompt_ids(text, tokenizer, window)
+        ids, fresh = prompt_ids(text, tokenizer, window), not text
         stops = [] if eot_id(tokenizer) is None else [eot_id(tokenizer)]
     engine = Engine(model)
     started, total = time.perf_counter(), 0
@@ -212,12 +229,7 @@ def run(args: argparse.Namespace) -> int:
         _write(text)
         stream = TextStream(tokenizer)
         seed = args.seed + sample
-        if draft is not None:
-            tokens = speculative_stream(model, draft, ids, args.max_new_tokens, sampling=sampling, seed=seed,
-                                        stop_ids=stops, stats=stats)
-        else:
-            tokens = engine.stream(ids, args.max_new_tokens, sampling, seed=seed, stop_ids=stops)
-        for token in tokens:
+        for token in _tokens(engine, draft, ids, args.max_new_tokens, sampling, seed, stops, stats, fresh):
             _write(stream.push(token))
             total += 1
         _write(stream.flush() + "\n")

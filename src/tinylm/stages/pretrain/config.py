@@ -58,7 +58,8 @@ class PretrainConfig(EngineConfig):
                                          group=LOGGING)(None)
     # the sample printed at the end
     sample_tokens: int = Option("tokens of the sample printed at the end; 0 = no sample", low=0, group=SAMPLE)(120)
-    prompt: str = Option("text to continue (default: a new document)", group=SAMPLE)("")
+    prompt: str | None = Option('text to continue (default: "def" on the default Python corpus, else a new '
+                                'document; "" = a new document)', group=SAMPLE)(None)
     temperature: float = TEMPERATURE(0.8, group=SAMPLE)
     top_k: int = TOP_K(50, group=SAMPLE)
 

@@ -24,7 +24,7 @@ from tinylm.runtime.device import autocast
 from tinylm.runtime.rng import seed_everything
 from tinylm.stages.pretrain.config import PretrainConfig
 from tinylm.stages.pretrain.data import resolve_data_dir
-from tinylm.stages.pretrain.sample import sample_text
+from tinylm.stages.pretrain.sample import closing_prompt, sample_text
 from tinylm.stages.pretrain.warmups import pretraining_plan
 from tinylm.tokenizer import load_tokenizer
 from tinylm.train.batch_plan import BatchPlan
@@ -78,6 +78,7 @@ class PretrainStage(Stage[PretrainConfig]):
         self.dev_batches = dev
         sidecar = read_sidecar(self.data_dir, "dev")
         self.dev_tokens, self.dev_bytes = int(sidecar["tokens"]), int(sidecar["bytes"])
+        self.corpus = sidecar.get("corpus")  # the closing sample's default prompt depends on it
         # read once: keep_last may prune the checkpoint this run resumed from
         self.lineage = lineage(self.name, ctx.resume, ctx.start_from, str(self.data_dir), ctx.run_dir)
 
@@ -154,10 +155,11 @@ class PretrainStage(Stage[PretrainConfig]):
         if cfg.sample_tokens <= 0 or cfg.fsdp or file is None or not file.is_file():
             return None  # a sharded model would need every rank in lockstep
         tokenizer = load_tokenizer(file)
+        prompt = closing_prompt(cfg.prompt, self.corpus)
         with autocast(self.ctx.device, self.ctx.dtype), torch.no_grad():
-            text = sample_text(model, tokenizer, cfg.prompt, cfg.sample_tokens, cfg.temperature, cfg.top_k,
+            text = sample_text(model, tokenizer, prompt, cfg.sample_tokens, cfg.temperature, cfg.top_k,
                                seed=cfg.seed)
-        self.keep_samples([{"prompt": cfg.prompt, "reply": text.removeprefix(cfg.prompt)}])
+        self.keep_samples([{"prompt": prompt, "reply": text.removeprefix(prompt)}])
         return text
 
 
