@@ -11,9 +11,15 @@ import pytest
 import torch
 
 from test_ddp import torchrun
-from test_train_support import cli_args, losses
+from test_train_support import cli_args, config, losses
+from tinylm.checkpoint import list_checkpoints, load_train_state
+from tinylm.checkpoint.layout import TRAIN_STATE
 from tinylm.cli.main import main
 from tinylm.data.row_loader import RowLoader
+from tinylm.stages.pretrain import pretrain
+from tinylm.train.batch_plan import BatchPlan
+from tinylm.train.run_checkpoint import schedule_change, world_size_note
+from tinylm.train.schedule import LRSchedule
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 STEPS, SPLIT = 6, 3
@@ -49,11 +55,55 @@ def test_a_run_resumes_on_another_number_of_processes(tmp_path: Path, capsys: py
     run = tmp_path / "resized"
     on(before, args(run, 4 // before, SPLIT, *extra(before)))
     said = on(after, args(run, 4 // after, STEPS, "--resume", "latest", *extra(after))) + capsys.readouterr().err
-    assert f"checkpoint written by {before} processes, resumed by {after}" in said
+    processes = "1 process" if after == 1 else f"{after} processes"
+    assert f"resuming on {processes} instead of {before} at the same global batch (64 tokens/step)" in said
     assert "not bit for bit" in said  # the header says a change of size cannot be exact
     resumed, straight = losses(run), losses(tmp_path / "straight")
     assert len(resumed) == STEPS and resumed[:SPLIT] == pytest.approx(straight[:SPLIT], abs=1e-5)
     assert resumed[SPLIT:] == pytest.approx(straight[SPLIT:], abs=1e-5)  # whole optimizer state, same data
+
+
+
+def test_another_number_of_processes_names_the_global_batch_and_the_option_that_keeps_it() -> None:
+    fewer = world_size_note(2, 1, 8192, BatchPlan(16, 256, per_step=1))
+    assert fewer == ("resuming on 1 process instead of 2: the global batch is now 4,096 tokens/step (was 8,192); "
+                     "pass --batch-size 32 to keep it")
+    more = world_size_note(1, 2, 8192, BatchPlan(32, 256, per_step=2))
+    assert more.endswith("now 16,384 tokens/step (was 8,192); pass --batch-size 16 to keep it")
+    # 24 rows of 2 x 4 x accum 3, now on 1 process with --grad-accum 4: 6 rows a micro-batch, unless a batch ramp
+    # needs a batch it can quarter; then 6 micro-batches of 4
+    assert world_size_note(2, 1, 24 * 128, BatchPlan(4, 128, per_step=4)).endswith("pass --batch-size 6 to keep it")
+    assert world_size_note(2, 1, 24 * 128, BatchPlan(4, 128, per_step=4, ramp_steps=8)).endswith(
+        "pass --grad-accum 6 to keep it")
+    assert world_size_note(3, 2, 3 * 5 * 64, BatchPlan(5, 64, per_step=2)).endswith(
+        "no --batch-size or --grad-accum gives it back on 2 processes")
+    same = world_size_note(2, 1, 8192, BatchPlan(32, 256, per_step=1))
+    assert same.startswith("resuming on 1 process instead of 2 at the same global batch (8,192 tokens/step)")
+
+
+def test_a_changed_schedule_is_said_field_by_field() -> None:
+    saved = LRSchedule("cosine", total=10, warmup=10).to_dict()
+    assert schedule_change(saved, LRSchedule("cosine", total=20, warmup=20).to_dict()) == (
+        "steps: 10 -> 20, warmup steps: 10 -> 20")
+    assert schedule_change(saved, LRSchedule("wsd", total=10, warmup=10, min_ratio=0.0).to_dict()) == (
+        "schedule: cosine -> wsd, min lr ratio: 0.1 -> 0")
+    assert schedule_change(saved, LRSchedule("cosine", total=10, warmup=10).to_dict()) == ""
+
+
+def test_a_resume_on_fewer_processes_says_so_in_one_line_each(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Through the resume path on one process: a checkpoint whose train state says 2 processes wrote it (as
+    torchrun's would) is resumed on 1 without --batch-size, and with --max-steps past the schedule it planned."""
+    pretrain(config(tmp_path, max_steps=3, batch_size=2))
+    checkpoint = list_checkpoints(tmp_path)[-1]
+    state = load_train_state(checkpoint)
+    torch.save({**state, "world_size": 2}, checkpoint / TRAIN_STATE)
+    capsys.readouterr()
+    pretrain(config(tmp_path, max_steps=6, batch_size=2, resume="latest"))
+    said = capsys.readouterr().err.splitlines()
+    assert ("note: resuming on 1 process instead of 2: the global batch is now 32 tokens/step (was 64); "
+            "pass --batch-size 4 to keep it") in said
+    assert "note: the lr schedule changed on resume: steps: 3 -> 6" in said
 
 
 def test_post_training_rows_go_on_from_the_next_row_whatever_the_new_global_batch() -> None:

@@ -10,14 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_train_support import MICRO, MICRO_CLASSIC, config, data_dir, rows
-from tinylm.bench import speedrun
+from test_train_support import MICRO, MICRO_CLASSIC, config, data_dir, hooked_build_model, rows
+from tinylm.bench import speedrun, speedrun_report
 from tinylm.bench.recipes import CHANGES, RECORD, parse_recipe
 from tinylm.bench.speedrun import SpeedrunOptions, applicable_pins, plan_entries, run_order
 from tinylm.bench.time_to_target import median_ratio, ratio, reach
 from tinylm.cli.main import main
 from tinylm.errors import TinyLMError
 from tinylm.stages.pretrain import PretrainStage
+from tinylm.stages.pretrain import stage as pretrain_stage
 from tinylm.train.loop import run_training
 
 
@@ -79,10 +80,11 @@ def test_a_bad_recipe_is_one_line_naming_the_part(spec: str, says: str) -> None:
 
 def test_every_run_gets_the_reference_tokens_and_evaluates_at_the_same_tokens() -> None:
     # against the default itself, so that each recipe differs from the reference by exactly its own changes
-    opts = SpeedrunOptions(recipes=["wsd", "half-batch", "double-batch"], against="default", steps=30, eval_every=4,
+    # 600 steps, the race the recipes were made for: no warmup is shortened, so each differs by its changes alone
+    opts = SpeedrunOptions(recipes=["wsd", "half-batch", "double-batch"], against="default", steps=600, eval_every=4,
                            train={"data": str(data_dir()), "overrides": dict(MICRO)})
     entries, budget = plan_entries(opts)
-    assert budget == 30 * 16 * 32
+    assert budget == 600 * 16 * 32
     assert [e.name for e in entries] == ["reference: default", "wsd", "half-batch", "double-batch"]
     ref = entries[0].config
     for entry in entries:
@@ -104,7 +106,7 @@ def test_every_run_gets_the_reference_tokens_and_evaluates_at_the_same_tokens() 
 def test_a_given_compile_setting_and_the_warmup_changes_reach_every_run(capsys: pytest.CaptureFixture[str]) -> None:
     """--compile off holds for every run (a pinned reference choice only fills what is left on auto); the
     batch ramp, the sequence warmup and the weight-decay schedule are recipe changes like any other."""
-    entries, budget = plan_entries(SpeedrunOptions(recipes=["batch-ramp", "seq-warmup", "wd-linear"], steps=30,
+    entries, budget = plan_entries(SpeedrunOptions(recipes=["batch-ramp", "seq-warmup", "wd-linear"], steps=600,
                                                    train={"data": str(data_dir()), "overrides": dict(MICRO),
                                                           "compile": "off"}))
     assert {entry.config.compile for entry in entries} == {"off"}
@@ -114,6 +116,86 @@ def test_a_given_compile_setting_and_the_warmup_changes_reach_every_run(capsys: 
     assert decay.weight_decay_schedule == "linear" and ramp.max_tokens == budget
     assert main(["speedrun", "--compile", "sometimes"]) == 2
     assert "argument --compile" in capsys.readouterr().err
+
+
+
+def test_a_short_race_shortens_every_warmup_to_a_quarter_of_its_run() -> None:
+    """--steps 30 would race the record on 64-token rows throughout (its sequence warmup is 150 steps): every warmup
+    is cut to a quarter of its own run's steps, and the line that says so names each cut."""
+    train = {"data": str(data_dir()), "overrides": dict(MICRO)}
+    entries, _ = plan_entries(SpeedrunOptions(recipes=["record", "half-batch", "batch-ramp"], steps=30, train=train))
+    reference, record, half, ramp = (entry.config for entry in entries)
+    assert reference.warmup_steps == record.warmup_steps == ramp.warmup_steps == 7
+    assert record.seq_len_warmup_steps == 7 and ramp.batch_ramp_steps == 7
+    assert half.warmup_steps == 15  # 60 steps of half the batch
+    assert speedrun.shortened_line(entries, 30) == (
+        "a 30-step race: each warmup is at most a quarter of its run's steps, so reference: adamw-default: lr "
+        "warmup 20 -> 7 steps; record: lr warmup 20 -> 7 steps, sequence warmup 150 -> 7 steps; half-batch: lr "
+        "warmup 20 -> 15 steps; batch-ramp: lr warmup 20 -> 7 steps, batch ramp 100 -> 7 steps")
+    entries, _ = plan_entries(SpeedrunOptions(recipes=["record"], train=train))  # the race the recipes were made for
+    assert entries[1].config.seq_len_warmup_steps == 150 and entries[1].config.warmup_steps == 20
+    assert speedrun.shortened_line(entries, 600) == ""
+
+
+def test_the_plot_shows_every_curve_and_the_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 30-step race evaluated 3 times: the reference ends at the target, the record far below it."""
+    def run(recipe: str, *bpbs: float) -> dict:
+        return {"recipe": recipe, "target_bpb": 2.9649, "curve": _curve(*((10.0 * (i + 1), b) for i, b in
+                                                                          enumerate(bpbs)))}
+    result = {"preset": "tiny", "reference": "adamw-default",
+              "rows": [{"recipe": "reference: adamw-default", "spec": "adamw-default"}, {"recipe": "record",
+                                                                                      "spec": "record"}],
+              "runs": [run("reference: adamw-default", 3.4, 3.0, 2.9649), run("record", 2.9, 2.5, 2.2718)]}
+    drawn = {}
+
+    def keep(fig: object, path: Path) -> Path:
+        drawn["ylim"] = fig.axes[0].get_ylim()  # type: ignore[attr-defined]
+        return path
+
+    monkeypatch.setattr(speedrun_report, "save_figure", keep)
+    speedrun_report.plot_curves(result, tmp_path / "speedrun.png")
+    low, high = drawn["ylim"]
+    assert low < 2.2718 and high > 3.0  # both curves from their second evaluation, and the target between
+    assert high - low < 1.0  # the first evaluation (3.4) does not flatten the rest
+
+
+def test_an_out_holding_a_speedrun_is_refused_unless_overwrite(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "race"
+    out.mkdir()
+    (out / "speedrun.json").write_text("{}")
+    race = ["speedrun", "--recipe", "record", "--seeds", "1", "--steps", "4", "--eval-every", "2",
+            "--eval-batches", "1", "--data", str(data_dir()), "--threads", "1", "--out", str(out),
+            *[f"--set={k}={v}" for k, v in MICRO.items()]]
+    assert main(race) == 1
+    assert (f"--out {out} holds a speedrun already (speedrun.json): choose another --out, or pass --overwrite"
+            in capsys.readouterr().err)
+    assert sorted(p.name for p in out.iterdir()) == ["speedrun.json"]  # refused before any training
+    assert main([*race, "--overwrite"]) == 0
+    err = capsys.readouterr().err
+    assert "speedrun: a 4-step race: each warmup is at most a quarter of its run's steps, so " in err
+    assert json.loads((out / "speedrun.json").read_text())["warmups_shortened"] in (out / "speedrun.md").read_text()
+
+
+def test_ctrl_c_stops_the_speedrun_and_says_it_does_not_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import signal
+
+    def interrupt(module: torch.nn.Module, args: object, output: object) -> None:
+        if module.training:
+            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, mid-step
+
+    monkeypatch.setattr(pretrain_stage, "build_model", hooked_build_model(interrupt))
+    out = tmp_path / "race"
+    assert main(["speedrun", "--recipe", "record", "--seeds", "1", "--steps", "4", "--eval-every", "2",
+                 "--eval-batches", "1", "--data", str(data_dir()), "--threads", "1", "--out", str(out),
+                 *[f"--set={k}={v}" for k, v in MICRO.items()]]) == 1
+    err = capsys.readouterr().err
+    assert "stopped at step 1: interrupted\n" in err and "--resume" not in err
+    assert ("speedrun stopped: reference: adamw-default (seed 1) was interrupted at step 1; a speedrun does not "
+            "resume, so no results were written: run it again to race from the start") in err
+    assert not (out / "speedrun.json").exists()
 
 
 def test_train_s_counts_the_steps_not_the_evaluations_and_continues_on_resume(tmp_path: Path) -> None:

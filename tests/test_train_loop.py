@@ -64,6 +64,31 @@ def test_a_run_logs_evaluates_checkpoints_plots_and_samples(tmp_path: Path) -> N
     assert summary.params == model.num_params() and summary.run_dir == str(out)
 
 
+
+def test_each_printed_line_measures_its_own_tokens_per_second(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A 10-step run logs metrics every 10 steps but prints a line per step: no line repeats a figure an earlier
+    line showed (each step here takes longer than the one before, so every interval has its own rate)."""
+    from types import SimpleNamespace
+
+    from tinylm.train import loop
+
+    calls = [0, 0.0]
+
+    def perf_counter() -> float:  # the n-th reading is n x 10 ms after the one before
+        calls[0] += 1
+        calls[1] += calls[0] * 0.01
+        return calls[1]
+
+    monkeypatch.setattr(loop, "time", SimpleNamespace(perf_counter=perf_counter))
+    pretrain(config(tmp_path, max_steps=10, log_every=10, progress=True))
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train: step")]
+    rates = [line.split(" lr ")[1].split()[1] for line in lines]
+    assert len(lines) == 10 and all(a != b for a, b in zip(rates, rates[1:])), lines
+    logged = [r["tokens_per_s"] for r in rows(tmp_path) if "loss" in r]
+    assert len(logged) == 2  # metrics.jsonl keeps its own window: the first step, then steps 2-10
+
+
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
 def test_exact_resume_with_dropout(tmp_path: Path, optimizer: str) -> None:
     """Stop at 4 of 8 steps, resume: losses 5..8 are bit-identical to an uninterrupted run.

@@ -14,7 +14,12 @@ ratio (recipe over reference, `time_to_target_ratio`) is formed within a seed be
 seeds is taken. The reference's measured choices (dtype, attention kernel, compile) are kept for every
 later run, so no recipe differs from it by a kernel. Results go into `--out`: speedrun.json, speedrun.md
 (a table) and speedrun.png (dev bpb against training seconds, every run overlaid), and runs/ (each
-run's own folder).
+run's own folder); an --out that holds a speedrun's results already is refused unless --overwrite.
+
+A race shorter than the recipes were made for would otherwise spend itself warming up (the record's
+150-step sequence warmup covers all of a 30-step race), so every warmup (lr, sequence, batch ramp) is at
+most a quarter of its run's steps, the rule `tinylm train` applies to its default sequence warmup; the
+speedrun says which it shortened. A speedrun does not resume: one interrupted is raced again from the start.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ from tinylm.train.config import DEMO_STEPS
 from tinylm.train.loop import run_training
 
 UNBOUNDED_STEPS = 10**9  # the token budget, not a step count, ends every run
+WARMUP_SHARE = 4  # a warmup is at most 1/4 of its run's steps (the record's 150 of 600)
+# each warmup a recipe may set, as the line that shortens it names it
+WARMUPS = {"warmup_steps": "lr warmup", "seq_len_warmup_steps": "sequence warmup", "batch_ramp_steps": "batch ramp"}
 DTYPE_FLAG = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
@@ -69,6 +77,7 @@ class SpeedrunOptions:
     overrides: dict[str, Any] = option_from(PretrainConfig, "overrides", note="for every run")
     data: str | None = option_from(PretrainConfig, "data")
     out: str = Option("output folder")("speedrun")
+    overwrite: bool = Option("race into an --out that holds a speedrun's results already, replacing them")(False)
     device: str = option_from(PretrainConfig, "device")
     dtype: str = option_from(PretrainConfig, "dtype", note=FIRST_RUN_DECIDES)
     compile: str = option_from(PretrainConfig, "compile", note=FIRST_RUN_DECIDES)
@@ -94,6 +103,7 @@ class Entry:
     name: str
     recipe: Recipe
     config: PretrainConfig
+    shortened: str = ""  # the warmups cut to a quarter of the run: "lr warmup 20 -> 7 steps, ..."
 
 
 def _row_length(cfg: PretrainConfig) -> int:
@@ -102,6 +112,14 @@ def _row_length(cfg: PretrainConfig) -> int:
 
 def _tokens_per_step(cfg: PretrainConfig) -> int:
     return cfg.batch_size * cfg.grad_accum * _row_length(cfg)
+
+
+def shorten_warmups(cfg: PretrainConfig, steps: int) -> tuple[PretrainConfig, str]:
+    """`cfg` with every warmup at most a quarter of its `steps`, and what was cut ("" when nothing was)."""
+    limit = steps // WARMUP_SHARE
+    cut = {name: limit for name in WARMUPS if (getattr(cfg, name) or 0) > limit}
+    said = ", ".join(f"{WARMUPS[name]} {getattr(cfg, name)} -> {limit} steps" for name in cut)
+    return (cfg.replace(**cut) if cut else cfg), said
 
 
 def plan_entries(opts: SpeedrunOptions) -> tuple[list[Entry], int]:
@@ -132,11 +150,28 @@ def plan_entries(opts: SpeedrunOptions) -> tuple[list[Entry], int]:
             raise TinyLMError(f"recipe {recipe.spec!r} trains on rows of {_row_length(cfg)} tokens and the reference "
                               f"on {rows}: the dev loss would be measured on other rows (change the batch instead)")
         every = max(1, round(opts.eval_every * reference_step / _tokens_per_step(cfg)))
+        cfg, shortened = shorten_warmups(cfg, budget // _tokens_per_step(cfg))
         # the same dev rows for every run: the reference's batches of them, whatever a recipe's batch
         entries.append(Entry(name, recipe, cfg.replace(max_tokens=budget, eval_every=every, log_every=every,
                                                        eval_batch_size=configs[0].batch_size,
-                                                       target_dev_bpb=stop_at)))
+                                                       target_dev_bpb=stop_at), shortened))
     return entries, budget
+
+
+def shortened_line(entries: list[Entry], steps: int) -> str:
+    """The header line naming the warmups a short race cut ("" when none was)."""
+    cuts = "; ".join(f"{entry.name}: {entry.shortened}" for entry in entries if entry.shortened)
+    return (f"a {steps:,}-step race: each warmup is at most a quarter of its run's steps, so {cuts}" if cuts
+            else "")
+
+
+def check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an --out whose speedrun.json another speedrun wrote, before any training: a rerun would replace
+    its results (an interrupted race wrote none, so its --out is raced into again)."""
+    if (out / "speedrun.json").exists() and not overwrite:
+        raise TinyLMError(f"--out {out} holds a speedrun already (speedrun.json): choose another --out, or pass "
+                          "--overwrite to race into it again")
+    check_writable(out)
 
 
 def run_order(entries: list[Entry], seed_index: int) -> list[Entry]:
@@ -187,7 +222,9 @@ def run_speedrun(opts: SpeedrunOptions, say=lambda line: None) -> dict[str, Any]
     """Train the reference and every recipe for every seed, alternating; write speedrun.json/md/png into opts.out."""
     entries, budget = plan_entries(opts)
     out = Path(opts.out)
-    check_writable(out)
+    check_out(out, opts.overwrite)
+    if line := shortened_line(entries, opts.steps):
+        say(f"speedrun: {line}")
     pins: dict[str, str] = {}
     runs: list[dict[str, Any]] = []
     for index, seed in enumerate(opts.seeds):
@@ -197,7 +234,11 @@ def run_speedrun(opts: SpeedrunOptions, say=lambda line: None) -> dict[str, Any]
                 shutil.rmtree(run_dir)  # this command's own output from an earlier invocation
             cfg = entry.config.replace(seed=seed, out=str(run_dir), **applicable_pins(pins, entry.config))
             say(f"speedrun: {entry.name}, seed {seed} ...")
-            summary = run_training(cfg, stage=PretrainStage())
+            summary = run_training(cfg, stage=PretrainStage(), on_interrupt="")  # its own line says what next
+            if summary.stopped == "interrupted":
+                raise TinyLMError(f"speedrun stopped: {entry.name} (seed {seed}) was interrupted at step "
+                                  f"{summary.steps}; a speedrun does not resume, so no results were written: run "
+                                  "it again to race from the start")
             if summary.stopped not in ("max_tokens", "max_steps", "target"):
                 raise TinyLMError(f"speedrun: {entry.name} (seed {seed}) stopped early ({summary.stopped}); "
                                   f"see {run_dir}/metrics.jsonl")
@@ -258,6 +299,7 @@ def summarize(opts: SpeedrunOptions, entries: list[Entry], budget: int, runs: li
         "time_to_target_ratio": first["time_to_target_ratio"],
         "choices": runs[0]["choices"] if runs else {},
         "stopped_at_target": opts.stop_at_target,
+        "warmups_shortened": shortened_line(entries, opts.steps),
         "rows": rows, "runs": runs,
     }
 

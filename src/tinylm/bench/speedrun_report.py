@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,8 @@ def format_markdown(result: dict[str, Any]) -> str:
         "Time counts the training steps only (not the evaluations). The ratio is recipe over reference within a "
         "seed, then the median over seeds; ± is the standard deviation over seeds."
         + (" Every run stopped at its first evaluation at or below the target (--stop-at-target): its final dev bpb "
-           "is where it stopped." if result.get("stopped_at_target") else ""),
+           "is where it stopped." if result.get("stopped_at_target") else "")
+        + (f" Warmups: {result['warmups_shortened']}." if result.get("warmups_shortened") else ""),
         "",
         "| recipe | time to target (s) | ratio (median) | ratio per seed | steps to target | final dev bpb | "
         "tokens/s | MFU | what it is |",
@@ -50,6 +52,20 @@ def format_markdown(result: dict[str, Any]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "![dev bpb against training seconds](speedrun.png)", ""]
     return "\n".join(lines)
+
+
+def y_range(result: dict[str, Any]) -> tuple[float, float] | None:
+    """The plot's dev bpb range: every target, and every curve from its second evaluation on (the first, far above
+    the rest early in training, would flatten what happens near the target; its line still enters the frame)."""
+    values = [r["target_bpb"] for r in result["runs"] if r.get("target_bpb") is not None]
+    for run in result["runs"]:
+        values += [p["dev_bpb"] for p in run["curve"][1:] or run["curve"]]
+    values = [v for v in values if math.isfinite(v)]
+    if not values:
+        return None
+    low, high = min(values), max(values)
+    margin = 0.05 * (high - low) or 0.05 * max(abs(high), 1.0)
+    return low - margin, high + margin
 
 
 def plot_curves(result: dict[str, Any], path: Path) -> Path:
@@ -72,11 +88,8 @@ def plot_curves(result: dict[str, Any], path: Path) -> Path:
     targets = [r["target_bpb"] for r in result["runs"] if r.get("target_bpb") is not None]
     if targets:
         ax.axhline(statistics.median(targets), color="0.3", linestyle="--", linewidth=1, label="target (median)")
-        low = min(targets)
-        ax.set_ylim(low - 0.15 * max(0.05, low * 0.1), None)
-        tops = [r["curve"][min(2, len(r["curve"]) - 1)]["dev_bpb"] for r in result["runs"] if r["curve"]]
-        if tops:
-            ax.set_ylim(top=max(tops))
+    if shown := y_range(result):
+        ax.set_ylim(*shown)
     ax.set_xlabel("seconds of training (steps only)")
     ax.set_ylabel("dev bits per byte")
     ax.legend(fontsize=8)

@@ -22,6 +22,7 @@ from tinylm.options import (
     DTYPE,
     PROGRESS,
     SEED,
+    STEPS,
     THREADS,
     Option,
     check_options,
@@ -32,6 +33,8 @@ from tinylm.train.schedule import SCHEDULES, WEIGHT_DECAY_SCHEDULES
 # --lr steers every parameter under AdamW but only the embeddings, head and norms beside Muon, which the record
 # table (docs/speedrun.md) measured best ~20x higher; so its default follows --optimizer
 DEFAULT_LR: dict[str, float] = {"adamw": 3e-3, "muon": 0.06}
+# an AdamW or Muon step moves each weight by about lr: above this the first step already gives a NaN loss
+LR_LIMIT, LR_REASON = 10.0, "an lr above 10 diverges at the first step; more is a typo"
 
 # Measured on 2 CPU cores (torch 2.13): tiny modern trains at ~14.7k tokens/s at batch 16 x 256 (0.28 s
 # per step), so 600 steps (2.5M tokens, ~0.7 epoch of pystdlib) take ~2.8 minutes; data preparation
@@ -75,7 +78,8 @@ class EngineConfig:
     grad_accum: int = Option("micro-batches per optimizer step", low=1, group=BUDGET)(1)
     seq_len: int | None = Option("tokens per row (default: the context length)", low=2, group=BUDGET)(None)
     # budgets (the first one reached stops the run)
-    max_steps: int = Option("total optimizer steps, counted across resumes", low=1, group=BUDGET)(DEMO_STEPS)
+    max_steps: int = Option("total optimizer steps, counted across resumes", low=1, high=STEPS.high,
+                            reason=STEPS.reason, group=BUDGET)(DEMO_STEPS)
     max_tokens: int | None = Option("stop after this many training tokens", low=1, group=BUDGET)(None)
     time_budget: float | None = Option("stop (and save) before this many seconds of training (predicted from the "
                                        "last step), counted across resumes; the lr schedule is planned against "
@@ -86,7 +90,8 @@ class EngineConfig:
                             choices=OPTIMIZERS, group=OPTIMIZER)("muon")
     lr: float | None = Option("AdamW learning rate: of every parameter with --optimizer adamw, of the embeddings, "
                               f"head and norms beside Muon (default: {DEFAULT_LR['adamw']:g} with adamw, "
-                              f"{DEFAULT_LR['muon']:g} with muon)", low=0, low_open=True, group=OPTIMIZER)(None)
+                              f"{DEFAULT_LR['muon']:g} with muon)", low=0, low_open=True, high=LR_LIMIT,
+                              reason=LR_REASON, group=OPTIMIZER)(None)
     weight_decay: float = Option("decoupled weight decay of the matrices", low=0, group=OPTIMIZER)(0.1)
     weight_decay_schedule: str = Option("constant: the coefficient stays --weight-decay (each step still decays "
                                         "by lr x coefficient, so it follows the lr schedule); linear: the "
@@ -94,7 +99,8 @@ class EngineConfig:
                                         choices=WEIGHT_DECAY_SCHEDULES, group=OPTIMIZER)("constant")
     beta1: float = Option("AdamW beta1", low=0, high=1, high_open=True, group=OPTIMIZER)(0.9)
     beta2: float = Option("AdamW beta2", low=0, high=1, high_open=True, group=OPTIMIZER)(0.95)
-    muon_lr: float = Option("Muon learning rate", low=0, low_open=True, group=OPTIMIZER)(0.02)
+    muon_lr: float = Option("Muon learning rate", low=0, low_open=True, high=LR_LIMIT, reason=LR_REASON,
+                            group=OPTIMIZER)(0.02)
     muon_momentum: float = Option("Muon momentum", low=0, high=1, group=OPTIMIZER)(0.9)
     grad_clip: float = Option("max gradient norm; 0 = off", low=0, group=OPTIMIZER)(1.0)
     schedule: str = Option("learning-rate schedule", choices=SCHEDULES, group=OPTIMIZER)("cosine")

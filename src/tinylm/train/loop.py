@@ -18,10 +18,9 @@ travels with the loss all-reduce.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
-import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +29,9 @@ import torch.distributed as dist
 
 from tinylm.checkpoint import check_same_model, checkpoint_model_config, list_checkpoints, newest_resumable
 from tinylm.errors import TinyLMError, is_oom
-from tinylm.metrics import MetricsLogger, tensorboard_dir
+from tinylm.metrics import MetricsLogger
 from tinylm.runtime.compile_policy import eager_blocks
-from tinylm.runtime.device import configure_backends, empty_cache, peak_flops, resolve_dtype
+from tinylm.runtime.device import configure_backends, empty_cache, peak_flops
 from tinylm.runtime.distributed import (
     DistEnv,
     all_gather_objects,
@@ -48,35 +47,35 @@ from tinylm.train.faults import StepInterrupted, StopSignal, oom_message
 from tinylm.train.mfu import model_flops_utilization
 from tinylm.train.optim import members
 from tinylm.train.plot import plot_runs
-from tinylm.train.progress import Progress
-from tinylm.train.resume_options import resumed_config
+from tinylm.train.progress import Progress, Throughput
 from tinylm.train.run_checkpoint import RunCheckpoints, restore_rank_rng
 from tinylm.train.run_clock import RunClock
 from tinylm.train.run_header import header_lines
 from tinylm.train.run_lock import RunLock
 from tinylm.train.run_setup import (
-    ResumePoint,
     acquire_run_lock,
     build_optimization,
     build_training_model,
-    find_resume_point,
     open_run_dir,
     planned_steps,
     reset_metrics_log,
 )
+from tinylm.train.run_start import check_hardware, open_logger, resume_point
 from tinylm.train.run_status import RunStatus
 from tinylm.train.schedule import apply_schedules
 from tinylm.train.stage import Stage, StageContext, StageStart
 from tinylm.train.step import accumulate_gradients, clip_gradients
-from tinylm.train.summary import TrainSummary, budget_reached, nan_message, stop_reason
+from tinylm.train.summary import RESUME_HINT, TrainSummary, budget_reached, nan_message, stop_reason
 
 __all__ = ["TrainSummary", "run_training"]
 
 
-def run_training(config: EngineConfig, *, stage: Stage, **changes: Any) -> TrainSummary:
+def run_training(config: EngineConfig, *, stage: Stage, on_interrupt: str = RESUME_HINT,
+                 **changes: Any) -> TrainSummary:
     """Train as `config` says (fields can be changed by keyword) with `stage` (pretraining, SFT, DPO, RL...).
 
     With `resume`, the run continues with its own options except those `config` gives (train/resume_options.py).
+    `on_interrupt` is what a run stopped by Ctrl-C says about going on: a caller that cannot resume says its own.
     Under torchrun every rank calls this; a process group started by the caller is left running.
     """
     cfg = config.replace(**changes) if changes else config
@@ -85,7 +84,7 @@ def run_training(config: EngineConfig, *, stage: Stage, **changes: Any) -> Train
     threads = torch.get_num_threads()
     graceful = False
     try:
-        summary = _Run(cfg, env, device, stage).train()
+        summary = _Run(cfg, env, device, stage, on_interrupt).train()
         graceful = True
         return summary
     finally:
@@ -101,6 +100,14 @@ def forwarded_tokens(stage: Stage, batches: list[Any], planned: int) -> int:
 
 
 
+def step_weight(stage: Stage, env: DistEnv, device: torch.device, batches: list[Any]) -> float:
+    """Units (target tokens, pairs...) of the whole step: all micro-batches, all ranks."""
+    weights = [stage.batch_weight(b) for b in batches]
+    if stage.constant_weight or not env.enabled:
+        return float(sum(weights) * (env.world_size if stage.constant_weight else 1))
+    return float(all_reduce_sum(torch.tensor(float(sum(weights)), device=device), env))
+
+
 def run_error(error: Exception, env: DistEnv, timeout_s: float | None) -> Exception:
     """What a failed run reports: a collective that lost a peer (hung or dead) becomes one line naming it;
     anything else stays itself."""
@@ -109,50 +116,12 @@ def run_error(error: Exception, env: DistEnv, timeout_s: float | None) -> Except
     return error
 
 
-def check_hardware(cfg: EngineConfig, env: DistEnv, device: torch.device) -> None:
-    """Refuse a dtype this device cannot run, and FSDP where it cannot shard."""
-    requested = resolve_dtype(device, cfg.dtype)
-    if cfg.fsdp and requested == torch.float16:
-        raise TinyLMError("--dtype fp16 needs a sharded loss scaler that --fsdp does not set up; use --dtype bf16")
-    if cfg.fsdp and not env.enabled:
-        raise TinyLMError("--fsdp shards across processes: launch with torchrun --nproc_per_node=N")
-
-
-def resume_point(cfg: EngineConfig, run_dir: Path, env: DistEnv, device: torch.device,
-                 say: Callable[[str], None]) -> tuple[EngineConfig, ResumePoint]:
-    """The config the run goes on with and the checkpoint it continues, found once: a resumed run takes its own
-    options for every one not given (train/resume_options.py; the line naming them goes to rank 0's stderr), and
-    a resume with nothing to continue must be able to start afresh (`start_problem`), before anything is written."""
-    notes: list[str] = []  # said once the run can start
-    point = find_resume_point(cfg.resume, run_dir, notes.append)
-    if point.checkpoint is not None:
-        cfg, line = resumed_config(cfg, point.checkpoint, run_dir)
-        if line and env.is_main:
-            print(line, file=sys.stderr)
-        check_hardware(cfg, env, device)
-    if cfg.resume is not None and (problem := cfg.start_problem()):
-        raise TinyLMError(problem)
-    for line in notes:
-        say(line)
-    return cfg, point
-
-
-def open_logger(run_dir: Path, cfg: EngineConfig, env: DistEnv, state: dict[str, Any] | None,
-                say: Callable[[str], None], run_config: dict[str, Any]) -> MetricsLogger:
-    """metrics.jsonl and the trackers asked for; TensorBoard hides the steps a resume redoes, as metrics.jsonl
-    drops them (it goes on from the step after the checkpoint)."""
-    first_step = 0 if state is None else int(state["step"]) + 1
-    logger = MetricsLogger(run_dir, active=env.is_main, tensorboard=tensorboard_dir(cfg.tensorboard, run_dir),
-                           wandb=cfg.wandb, run_config=run_config, first_step=first_step)
-    for line in logger.notes:
-        say(line)
-    return logger
-
 class _Run:
     """One training run's state; `train()` is the whole run, `_setup` and `_loop` its two halves."""
 
-    def __init__(self, cfg: EngineConfig, env: DistEnv, device: torch.device, stage: Stage):
-        self.cfg, self.env, self.device, self.stage = cfg, env, device, stage
+    def __init__(self, cfg: EngineConfig, env: DistEnv, device: torch.device, stage: Stage,
+                 on_interrupt: str = RESUME_HINT):
+        self.cfg, self.env, self.device, self.stage, self.on_interrupt = cfg, env, device, stage, on_interrupt
         self.t_start = time.perf_counter()
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
@@ -196,7 +165,7 @@ class _Run:
             with StopSignal() as stop:
                 summary = self._loop(stop, logger)
             self.status.ended(summary.stopped, stop.requested, summary.steps,
-                              stop_reason(summary.stopped, self.cfg, self.target))
+                              stop_reason(summary.stopped, self.cfg, self.target, self.on_interrupt))
         except Exception as exc:
             if is_oom(exc):
                 empty_cache(self.device)
@@ -239,7 +208,7 @@ class _Run:
         self.optimizer, self.scaler, self.schedule = build_optimization(self.raw, cfg, self.device,
                                                                         self.choices.dtype, self.plan)
         self.checkpoints = RunCheckpoints(cfg, env, stage, self.run_dir, self.raw, self.mcfg, self.optimizer,
-                                          self.scaler, self.schedule, self.choices, self.say)
+                                          self.scaler, self.schedule, self.choices, self.say, self.plan)
         self.step, self.tokens = 0, 0
         self.clock = RunClock.resumed(self.state if point.resume is not None else None)
         if point.resume is not None and self.state is not None:
@@ -254,8 +223,12 @@ class _Run:
         last_loss: float | None = None
         evaluation: dict[str, float] = {}
         evaluated_at = -1
-        window_tokens, window_time, total_tokens, trained_before = 0.0, 0.0, 0.0, self.clock.training
-        tokens_per_s, mfu = 0.0, None
+        total_tokens, trained_before = 0.0, self.clock.training
+        # metrics.jsonl's tokens/s is over the steps since its last row, the printed line's over those since the last
+        # line: each a fresh measurement, never the figure of an earlier row or line
+        window, shown = Throughput(), Throughput()
+        flops_per_token = functools.cache(self.raw.flops_per_token)  # by row length: a warmup has a few
+        mfu: float | None = None
         last_step_time, last_tail = self.clock.step_seconds, 0.0
         stopped = budget_reached(cfg, self.step, self.tokens, self.clock.planned_end())
         if stage.evaluate_at_start and self.state is None:
@@ -274,7 +247,7 @@ class _Run:
                 stopped = "interrupted"
                 break
             stage.begin_step(self.raw, batches)  # a statistic of the whole step, if the stage has one (KTO)
-            weight = self._step_weight(batches)
+            weight = step_weight(self.stage, self.env, self.device, batches)
             if weight <= 0:
                 raise TinyLMError(f"step {self.step + 1} has nothing to learn from (every target is masked): "
                                   "check the data")
@@ -320,22 +293,25 @@ class _Run:
             step_end = time.perf_counter()
             step_time = last_step_time = clock.stepped(step_end - t0)
             last_tail = step_end - reading
-            window_tokens += step_tokens
-            window_time += step_time
             total_tokens += step_tokens
+            window.add(step_tokens, step_time)
+            shown.add(step_tokens, step_time)
             lr = self.optimizer.param_groups[0]["lr"]
             stopped = ("interrupted" if interrupted > 0 else "time_budget" if out_of_time > 0
                        else budget_reached(cfg, self.step, self.tokens))
+            flops = flops_per_token(self.plan.shape(self.step - 1)[1])  # the rows just trained on
             if self.step % cfg.log_every == 0 or stopped is not None or self.step == start_step + 1:
-                tokens_per_s = window_tokens / max(window_time, 1e-9)
-                flops = self.raw.flops_per_token(self.plan.shape(self.step - 1)[1])  # the rows just trained on
+                tokens_per_s = window.rate()
                 mfu = model_flops_utilization(flops, tokens_per_s, self.peak, env.world_size)
                 logger.log({"step": self.step, "loss": loss_value, "lr": lr, "tokens": self.tokens, "mfu": mfu,
                             "tokens_per_s": tokens_per_s, "grad_norm": norm_value, "elapsed_s": clock.at(step_end),
                             "train_s": clock.training, **dict(zip(names, metric_values))})
-                window_tokens, window_time = 0.0, 0.0
+                window = Throughput()
                 self.status.running(self.step)
-            self.progress.update(self.step, loss_value, lr, tokens_per_s, mfu)
+            rate = shown.rate()
+            if self.progress.update(self.step, loss_value, lr, rate,
+                                    model_flops_utilization(flops, rate, self.peak, env.world_size)):
+                shown = Throughput()
             if cfg.eval_every and self.step % cfg.eval_every == 0:
                 evaluation = self._evaluate(logger) or evaluation
                 evaluated_at = self.step
@@ -346,13 +322,6 @@ class _Run:
         self.progress.close()
         return self._finish(stopped, start_step, last_loss, evaluation, evaluated_at, logger,
                             tokens_per_s=total_tokens / max(clock.training - trained_before, 1e-9), mfu=mfu)
-
-    def _step_weight(self, batches: list[Any]) -> float:
-        """Units (target tokens, pairs...) of the whole step: all micro-batches, all ranks."""
-        weights = [self.stage.batch_weight(b) for b in batches]
-        if self.stage.constant_weight or not self.env.enabled:
-            return float(sum(weights) * (self.env.world_size if self.stage.constant_weight else 1))
-        return float(all_reduce_sum(torch.tensor(float(sum(weights)), device=self.device), self.env))
 
     def _evaluate(self, logger: MetricsLogger | None) -> dict[str, float]:
         """The stage's evaluation, logged as one row (nothing when the stage has nothing to evaluate)."""
@@ -389,7 +358,7 @@ class _Run:
         else:
             found = list_checkpoints(self.run_dir) if env.is_main else []
             checkpoint = found[-1] if found else None
-        self.say(f"stopped at step {self.step}: {stop_reason(stopped, self.cfg, self.target)}")
+        self.say(f"stopped at step {self.step}: {stop_reason(stopped, self.cfg, self.target, self.on_interrupt)}")
         return TrainSummary(
             run_dir=str(self.run_dir), checkpoint=str(checkpoint) if checkpoint else None, arch=self.mcfg.arch,
             steps=self.step, tokens=self.tokens, final_loss=last_loss, dev_loss=evaluation.get("dev_loss"),

@@ -2,7 +2,8 @@
 
 stderr keeps stdout clean for the final sample and summary, so `tinylm train > out.txt` still shows
 progress. Only rank 0 draws; with `--no-progress` the bar is off and metrics.jsonl still records it all.
-Without a terminal the bar becomes a plain line per tenth of the run.
+Without a terminal the bar becomes a plain line per tenth of the run. Each line's tokens/s and MFU are measured
+over the steps since the line before it (`Throughput`), never a figure an earlier line already showed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,22 @@ def format_si(value: float) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.3g}{unit}"
     return f"{value:.3g}"
+
+
+class Throughput:
+    """Tokens and seconds over an interval of steps. A printed line measures the steps since the line before it:
+    metrics.jsonl's figure (a row every --log-every steps) is refreshed less often than a short run prints, and
+    repeated, it looked stuck."""
+
+    def __init__(self) -> None:
+        self.tokens, self.seconds = 0.0, 0.0
+
+    def add(self, tokens: float, seconds: float) -> None:
+        self.tokens += tokens
+        self.seconds += seconds
+
+    def rate(self) -> float:
+        return self.tokens / max(self.seconds, 1e-9)
 
 
 class Progress:
@@ -44,7 +61,9 @@ class Progress:
         else:
             self._lines = enabled
 
-    def update(self, step: int, loss: float, lr: float, tokens_per_s: float, mfu: float | None) -> None:
+    def update(self, step: int, loss: float, lr: float, tokens_per_s: float, mfu: float | None) -> bool:
+        """Draw the bar, or print a line when one is due; whether it showed these numbers (the caller then measures
+        the next interval afresh)."""
         postfix = f"loss {loss:.4f} lr {lr:.2e} {format_si(tokens_per_s)} tok/s"
         if mfu is not None:
             postfix += f" MFU {100 * mfu:.1f}%"
@@ -52,9 +71,12 @@ class Progress:
             self._bar.n = step
             self._bar.set_postfix_str(postfix, refresh=False)
             self._bar.refresh()
-        elif self._lines and self._due(step):
+            return True
+        if self._lines and self._due(step):
             print(f"train: step {step}/{self._total} ({100 * step / max(self._total, 1):.0f}%) {postfix}",
                   file=self._stream, flush=True)
+            return True
+        return False
 
     def _due(self, step: int) -> bool:
         now = time.monotonic()

@@ -52,6 +52,14 @@ def options_for_resume(cls: type[EngineConfig], values: dict[str, Any], explicit
     return merged, taken
 
 
+def steps_problem(cfg: EngineConfig, step: int) -> str | None:
+    """Why `cfg` cannot continue a run at `step`, or None: a --max-steps given below the step reached would end the
+    run at once, "finished: reached --max-steps 5" at step 27 of 5."""
+    if "max_steps" in given_options(cfg) and cfg.max_steps < step:
+        return f"--max-steps {cfg.max_steps} is not beyond the run's step {step}"
+    return None
+
+
 def resumed_config(cfg: ConfigT, checkpoint: Path, run_dir: Path) -> tuple[ConfigT, str]:
     """`cfg` continuing `checkpoint`'s run in `run_dir` (every option not given taken from the run), and the line
     that says which were taken ("" when none)."""

@@ -17,12 +17,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinylm.checkpoint import save_checkpoint
+from tinylm.checkpoint import read_checkpoint_config, save_checkpoint
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.runtime.distributed import DistEnv, all_gather_objects, barrier
 from tinylm.runtime.rng import capture_rng, restore_rng
 from tinylm.runtime.run_choices import RunChoices
+from tinylm.train.batch_plan import BatchPlan, check_quarters
 from tinylm.train.config import EngineConfig
 from tinylm.train.optim import AnyOptimizer, OptimizerList, members
 from tinylm.train.run_clock import RunClock
@@ -45,6 +46,7 @@ class RunCheckpoints:
     schedule: LRSchedule
     choices: RunChoices
     say: Callable[[str], None]
+    plan: BatchPlan  # this invocation's step shapes: its global batch
 
     def save(self, step: int, tokens: int, metrics: dict[str, Any], clock: RunClock) -> Path | None:
         """Checkpoint `step` with the run's clock (what a time budget needs to go on where it stopped;
@@ -89,14 +91,14 @@ class RunCheckpoints:
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
         self.stage.load_state_dict(state["loader"])
-        if state.get("world_size", 1) != self.env.world_size:
-            self.say(f"note: checkpoint written by {state.get('world_size')} processes, resumed by "
-                     f"{self.env.world_size}: the data goes on from where it stopped; with the same global batch "
-                     "(batch x accum x processes) the losses are an uninterrupted run's up to the order of float "
-                     "sums, not bit for bit, and dropout noise differs")
+        before = int(state.get("world_size", 1))
+        if before != self.env.world_size:
+            was = saved_global_batch(read_checkpoint_config(checkpoint).get("train") or {}, self.cfg,
+                                     self.model_config.context_length, before)
+            self.say(f"note: {world_size_note(before, self.env.world_size, was, self.plan)}")
         saved = {"time_budget": None, **state["schedule"]} if state.get("schedule") else None
-        if saved and saved != self.schedule.to_dict():
-            self.say(f"note: the schedule changed on resume: {saved} -> {self.schedule.to_dict()}")
+        if saved and (changed := schedule_change(saved, self.schedule.to_dict())):
+            self.say(f"note: the lr schedule changed on resume: {changed}")
         return int(state["step"]), int(state["tokens"])
 
     def _optimizer_state(self) -> dict[str, Any]:
@@ -116,6 +118,61 @@ class RunCheckpoints:
 
             return get_model_state_dict(self.raw, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         return None
+
+
+def _processes(n: int) -> str:
+    return f"{n} process" if n == 1 else f"{n} processes"
+
+
+def saved_global_batch(saved: dict[str, Any], cfg: EngineConfig, context_length: int, world_size: int) -> int:
+    """Tokens per step of the run a checkpoint was written by: its batch x accum x row length x processes (an
+    option its config lacks is taken as this run's)."""
+    batch, accum = saved.get("batch_size", cfg.batch_size), saved.get("grad_accum", cfg.grad_accum)
+    return int(batch * accum * (saved.get("seq_len", cfg.seq_len) or context_length) * world_size)
+
+
+def world_size_note(before: int, after: int, was: int, plan: BatchPlan) -> str:
+    """What a resume on another number of processes trains at: the same global batch (the losses then go on as
+    one run's, to float order), or another one, and the option that gives the run's own back. A fixed batch
+    x accum per process would otherwise change the global batch silently with the number of processes."""
+    moved = f"resuming on {_processes(after)} instead of {before}"
+    now = plan.full_tokens
+    if now == was:
+        return (f"{moved} at the same global batch ({now:,} tokens/step): the data goes on from where it stopped, and "
+                "the losses are an uninterrupted run's up to the order of float sums, not bit for bit (dropout "
+                "noise differs)")
+    return f"{moved}: the global batch is now {now:,} tokens/step (was {was:,}); {_keep_batch(was, plan, after)}"
+
+
+def _keep_batch(was: int, plan: BatchPlan, processes: int) -> str:
+    """The option that gives `was` tokens per step back on `processes`: --batch-size first (the same windows as
+    the run's own, docs/pipeline/distributed.md), else --grad-accum (as many tokens, other windows)."""
+    accum = plan.per_step // processes
+    rows, rest = divmod(was, plan.seq_len * accum * processes)
+    if rows and not rest:
+        try:
+            check_quarters(rows, plan.seq_len, plan.ramp_steps, 0)  # a batch ramp starts at a quarter of it
+            return f"pass --batch-size {rows} to keep it"
+        except TinyLMError:
+            pass
+    steps, rest = divmod(was, plan.seq_len * plan.batch_size * processes)
+    if steps and not rest:
+        return f"pass --grad-accum {steps} to keep it"
+    return f"no --batch-size or --grad-accum gives it back on {_processes(processes)}"
+
+
+# the schedule's fields as the header names them (train/schedule.py's LRSchedule)
+_SCHEDULE_FIELDS = {"kind": "schedule", "total": "steps", "warmup": "warmup steps", "min_ratio": "min lr ratio",
+                    "decay_fraction": "decay fraction", "time_budget": "time budget (s)"}
+
+
+def schedule_change(saved: dict[str, Any], now: dict[str, Any]) -> str:
+    """`steps: 10 -> 20, warmup steps: 10 -> 20`: each field of the lr schedule a resume changed ("" when none)."""
+    def shown(value: Any) -> str:
+        return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+    return ", ".join(f"{_SCHEDULE_FIELDS.get(name, name)}: {shown(saved.get(name))} -> {shown(value)}"
+                     for name, value in now.items() if saved.get(name) != value)
 
 
 def per_member(saved: dict[str, Any], optimizer: AnyOptimizer, checkpoint: Path) -> list[tuple[Any, dict[str, Any]]]:

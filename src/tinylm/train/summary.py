@@ -37,14 +37,20 @@ class TrainSummary:
         return asdict(self)
 
 
-def stop_reason(stopped: str, cfg: EngineConfig, target: str = "") -> str:
-    """The end of the run's last line, `stopped at step N: ...` (`target`: the stage's own reason to stop)."""
+# what an interrupted run says about going on: true of `tinylm train` and the stages, not of a caller that cannot
+# resume its runs (`tinylm speedrun` says its own)
+RESUME_HINT = "state saved, continue with --resume latest"
+
+
+def stop_reason(stopped: str, cfg: EngineConfig, target: str = "", on_interrupt: str = RESUME_HINT) -> str:
+    """The end of the run's last line, `stopped at step N: ...` (`target`: the stage's own reason to stop;
+    `on_interrupt`: what follows "interrupted", if anything)."""
     return {"max_steps": f"reached --max-steps {cfg.max_steps}",
             "max_tokens": f"reached --max-tokens {cfg.max_tokens}",
             "time_budget": f"used the --time-budget of {cfg.time_budget:g} s (of training, across resumes: a larger "
                            "one continues the run)" if cfg.time_budget else "",
             "target": target,
-            "interrupted": "interrupted; state saved, continue with --resume latest",
+            "interrupted": f"interrupted; {on_interrupt}" if on_interrupt else "interrupted",
             "nan": "stopped on a non-finite loss"}[stopped]
 
 

@@ -6,7 +6,10 @@ FIELD=VALUE for any training option or model field. `record` is the best recipe 
 before it. Every run gets the reference's token budget; the target is where the reference
 ends it (or --target-bpb). Runs alternate seed by seed, so the ratio holds on a busy machine.
 Writes speedrun.md, speedrun.json (`time_to_target_ratio`: recipe over reference, median of the
-seeds) and speedrun.png (dev bpb against training seconds) into --out.
+seeds) and speedrun.png (dev bpb against training seconds) into --out; an --out that holds a speedrun
+already is refused unless --overwrite. Every warmup (lr, sequence, batch ramp) is at most a quarter of its
+run's steps, so a short --steps race is not all warmup; the speedrun says which it shortened. A speedrun
+does not resume: one stopped by Ctrl-C is run again from the start.
 
 examples:
   tinylm speedrun                                        the record recipe against the AdamW default, 3 seeds
