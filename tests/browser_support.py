@@ -26,9 +26,15 @@ def headless_chromium(width: int, height: int) -> Iterator[webdriver.Chrome]:
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  f"--window-size={width},{height}", "--no-first-run", "--disable-extensions"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's console, for console_errors
     driver = webdriver.Chrome(service=Service(DRIVER), options=options)
     driver.set_page_load_timeout(30)
     try:
         yield driver
     finally:
         driver.quit()
+
+
+def console_errors(driver: webdriver.Chrome) -> list[str]:
+    """The page console's errors since the last call (an uncaught exception, a failed request); reading clears them."""
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]

@@ -5,13 +5,17 @@ shows every point again, a restarted studio finds the run still running and live
 process turns its status to "stopped" on the open page, and the compare page overlays two runs with the
 config fields that differ. The data page marks the loss mask of `builtin:arith` and shows a bad row's
 file:line; the chat page talks to two checkpoints side by side; a run page shows its samples and builds
-its report card.
+its report card. Charts fit their grid cells at every window width and follow a resize, a flat series
+draws as a flat line, damaged rows are named, each chart says what its metric measures, and a page says
+when the studio stops answering.
 
 Set TINYLM_DOCS_SCREENSHOT_DIR=docs/img to save the screenshots the docs show.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -19,14 +23,20 @@ from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from browser_support import headless_chromium  # skips this module where no browser is installed
+from browser_support import console_errors, headless_chromium  # skips this module where no browser is installed
+from serve_support import free_port, uvicorn_in_thread
 from studio_support import studio
 from test_train_support import cli_args, train_process, wait_for
+from tinylm.checkpoint.layout import CONFIG, WEIGHTS
 from tinylm.cli.main import main
+from tinylm.studio.app import SHUTDOWN_GRACE_S, create_app
+from tinylm.studio.metric_notes import NOTES
 from tinylm.train.run_status import read_status
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -295,3 +305,181 @@ def test_a_run_page_shows_its_samples_and_builds_its_report_card(browser: webdri
         assert (tmp_path / "run" / "report.html").is_file()
         browser.execute_script("document.querySelector('h2').scrollIntoView();")
         screenshot(browser, "studio-samples.png")
+
+
+# ---- chart layout, flat series, damaged rows, metric notes, a studio gone, compare's absent settings -------------
+COLUMNS = {1280: 2, 1440: 3, 1920: 4, 390: 1}  # the grid's columns (cells of 440 px or more) at each window width
+
+LAYOUT = """
+const problems = [], cells = [...document.querySelectorAll('.chart')], px = Math.round;
+for (const cell of cells) {
+  const box = cell.getBoundingClientRect(), inner = cell.clientWidth - 12;  // less its 6 px padding
+  for (const part of cell.querySelectorAll('.uplot, canvas')) {
+    const r = part.getBoundingClientRect(), what = cell.dataset.metric + ' ' + part.tagName.toLowerCase();
+    if (r.left < box.left - 1 || r.right > box.right + 1)
+      problems.push(`${what} spans ${px(r.left)}-${px(r.right)} px, its cell ${px(box.left)}-${px(box.right)}`);
+    else if (part.classList.contains('uplot') && r.width < inner - 2)
+      problems.push(`${what} is ${px(r.width)} px wide in a ${px(inner)} px cell`);
+  }
+}
+const page = document.documentElement;
+if (page.scrollWidth > page.clientWidth)
+  problems.push(`the page scrolls sideways: ${page.scrollWidth} > ${page.clientWidth} px`);
+if (!cells.length || cells.some((c) => !c.querySelector('canvas'))) problems.push('charts not drawn yet');
+return problems;
+"""
+COLUMNS_SHOWN = ("return new Set([...document.querySelectorAll('.chart')]"
+                 ".map(c => Math.round(c.getBoundingClientRect().left))).size;")
+PLOT_WIDTHS = "return [...document.querySelectorAll('.chart .uplot')].map(u => u.getBoundingClientRect().width);"
+NOTES_SHOWN = ("return [...document.querySelectorAll('.chart')].map(c => "
+               "[c.dataset.metric, c.querySelector('.note')?.textContent ?? '', c.querySelector('h3').title]);")
+BANNER = "const g = document.getElementById('gone'); return g && !g.hidden ? g.textContent : '';"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two short real runs, evaluated twice: loss, lr, grad_norm, tokens_per_s, dev_loss, dev_bpb... to chart."""
+    root = tmp_path_factory.mktemp("trained")
+    assert main(cli_args(root / "a", "--max-steps", "6", "--eval-every", "3")) == 0
+    assert main(cli_args(root / "b", "--max-steps", "6", "--eval-every", "3", "--lr", "0.01")) == 0
+    return root
+
+
+@pytest.fixture
+def window(browser: webdriver.Chrome) -> Iterator[webdriver.Chrome]:
+    """The shared browser, its console cleared; its 1280 x 900 window (the docs' screenshots) is given back after."""
+    browser.get("about:blank")
+    console_errors(browser)
+    yield browser
+    browser.set_window_size(1280, 900)
+
+
+def layout_problems(browser: webdriver.Chrome) -> list[str]:
+    """What is wrong with the charts' layout once it settles (a resize redraws after a short pause): [] when none."""
+    with contextlib.suppress(TimeoutException):
+        WebDriverWait(browser, 10).until(lambda b: not b.execute_script(LAYOUT))
+    return browser.execute_script(LAYOUT)
+
+
+def write_run(folder: Path, lines: list[str], config: dict | None = None) -> None:
+    """A run folder by hand: metrics.jsonl holding `lines`, and a checkpoint whose config.json is `config`."""
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    if config is not None:
+        checkpoint = folder / "checkpoints" / "step_00000001"
+        checkpoint.mkdir(parents=True)
+        (checkpoint / CONFIG).write_text(json.dumps(config))
+        (checkpoint / WEIGHTS).write_bytes(b"")
+
+
+@contextlib.contextmanager
+def studio_at(root: Path, port: int) -> Iterator[str]:
+    """A studio on a port chosen beforehand, so that one can stop and come back where a page expects it."""
+    config = uvicorn.Config(create_app(root), host="127.0.0.1", port=port, log_level="warning",
+                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    with uvicorn_in_thread(config):
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("width", list(COLUMNS))
+def test_charts_fit_their_cells_at_every_window_width(window: webdriver.Chrome, trained: Path, width: int) -> None:
+    """Each chart is drawn the width of its own grid cell (it was half the grid's: 3-4 columns overlapped), the page
+    never scrolls sideways (at 390 px a single column), and each chart says what its metric measures."""
+    window.set_window_size(width, 900)
+    assert abs(window.execute_script("return window.innerWidth;") - width) <= 16
+    with studio(trained) as url:
+        for page in ("/run?name=a", "/compare?name=a&name=b"):
+            window.get(url + page)
+            WebDriverWait(window, 20).until(lambda b: len(b.find_elements(By.CSS_SELECTOR, ".chart canvas")) >= 6)
+            assert layout_problems(window) == [], page
+            assert window.execute_script(COLUMNS_SHOWN) == COLUMNS[width], page
+            shown = window.execute_script(NOTES_SHOWN)
+            assert {"loss", "grad_norm", "dev_bpb"} <= {metric for metric, _, _ in shown}
+            for metric, note, title in shown:
+                unit, meaning = NOTES[metric]
+                assert note == meaning and unit in title, metric
+            if width == 1440 and page.startswith("/run"):
+                screenshot(window, "studio-run-wide.png")
+            assert console_errors(window) == [], page  # read while the studio serves: stopping cuts the stream
+
+
+def test_charts_follow_the_window_when_it_shrinks(window: webdriver.Chrome, trained: Path) -> None:
+    window.set_window_size(1920, 900)
+    with studio(trained) as url:
+        window.get(f"{url}/run?name=a")
+        assert layout_problems(window) == []
+        wide = window.execute_script(PLOT_WIDTHS)
+        window.set_window_size(1280, 900)
+        assert layout_problems(window) == []
+        narrow = window.execute_script(PLOT_WIDTHS)
+        assert len(narrow) == len(wide) >= 6 and all(n > w + 100 for n, w in zip(narrow, wide))  # 4 columns -> 2
+        window.set_window_size(1920, 900)
+        assert layout_problems(window) == []
+        assert window.execute_script(PLOT_WIDTHS) == pytest.approx(wide, abs=2)
+        assert console_errors(window) == []
+
+
+def test_a_series_flat_up_to_float_noise_draws_a_flat_line(window: webdriver.Chrome, tmp_path: Path) -> None:
+    """tis_weight 1.0, 1.0, 0.99999994: uPlot threw `RangeError: Invalid array length` and drew an empty box."""
+    weights = [1.0, 1.0, 0.99999994, 1.0, 0.99999994, 1.0]
+    write_run(tmp_path / "rl", [json.dumps({"step": i + 1, "loss": 1.0 / (i + 1), "tis_weight": w})
+                                for i, w in enumerate(weights)])
+    stroke = """
+      const c = document.querySelector('.chart[data-metric="tis_weight"] canvas');
+      if (!c) return [];
+      const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data, rows = new Set();
+      const near = (i, value) => Math.abs(d[i] - value) < 40;
+      for (let i = 0; i < d.length; i += 4)  // the series' colour, #2f6fde
+        if (near(i, 47) && near(i + 1, 111) && near(i + 2, 222) && d[i + 3] > 100)
+          rows.add(Math.floor(i / 4 / c.width));
+      return [...rows];"""
+    with studio(tmp_path) as url:
+        window.get(f"{url}/run?name=rl")
+        WebDriverWait(window, 20).until(lambda b: b.execute_script(stroke))
+        rows = window.execute_script(stroke)
+        assert max(rows) - min(rows) <= 6  # one flat line, a few pixel rows thick
+        assert window.find_element(By.CSS_SELECTOR, '.chart[data-metric="tis_weight"]').get_attribute(
+            "data-points") == "6"
+        window.find_element(By.ID, "logy").click()  # on a log axis as well
+        WebDriverWait(window, 20).until(lambda b: b.execute_script(stroke))
+        rows = window.execute_script(stroke)
+        assert max(rows) - min(rows) <= 6
+        assert console_errors(window) == []
+
+
+def test_the_run_page_names_the_damaged_rows_it_skipped(window: webdriver.Chrome, tmp_path: Path) -> None:
+    write_run(tmp_path / "damaged", ['{"step": 1, "loss": 2.0}', "not json", "[1, 2, 3]", '{"step": "ten"}',
+                                     '{"step": 2, "loss": 1.5}'])
+    with studio(tmp_path) as url:
+        window.get(f"{url}/run?name=damaged")
+        WebDriverWait(window, 20).until(lambda b: b.find_element(By.ID, "damaged").is_displayed())
+        note = window.find_element(By.ID, "damaged").text
+        assert note.startswith("skipped 3 damaged rows of metrics.jsonl: line 2 (not JSON text), "
+                               "line 3 (not a JSON object), line 4 (step 'ten' is not a whole number >= 0)")
+        assert window.find_element(By.ID, "rows").text == "2 rows"
+
+
+def test_a_page_says_when_the_studio_stops_answering(window: webdriver.Chrome, trained: Path) -> None:
+    """The run page's polls and event stream fail once the studio stops: a banner says so, and goes when it is back."""
+    port = free_port()
+    with studio_at(trained, port) as url:
+        window.get(f"{url}/run?name=a")
+        WebDriverWait(window, 20).until(lambda b: loss_points(b) == 6)
+        assert window.execute_script(BANNER) == ""
+    WebDriverWait(window, 20).until(lambda b: b.execute_script(BANNER))
+    assert window.execute_script(BANNER) == "the studio is not answering (stopped?)"
+    with studio_at(trained, port):
+        WebDriverWait(window, 20).until(lambda b: b.execute_script(BANNER) == "")
+        assert loss_points(window) == 6
+
+
+def test_compare_shows_a_setting_one_run_lacks_as_absent(window: webdriver.Chrome, tmp_path: Path) -> None:
+    row = '{"step": 1, "loss": 2.0}'
+    write_run(tmp_path / "x", [row], {"train": {"lr": 0.001, "eval_data": "dev.jsonl"}})
+    write_run(tmp_path / "y", [row], {"train": {"lr": 0.01}})
+    with studio(tmp_path) as url:
+        window.get(f"{url}/compare?name=x&name=y")
+        cells = ("return [...document.querySelectorAll('tr[data-field=\"train.eval_data\"] td')]"
+                 ".map(t => t.textContent);")
+        WebDriverWait(window, 20).until(lambda b: b.execute_script(cells))
+        assert window.execute_script(cells) == ["train.eval_data", '"dev.jsonl"', "\u2014"]

@@ -10,14 +10,34 @@ const studio = (() => {
   const withToken = (url) => token ? url + (url.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(token) : url;
   document.querySelectorAll("a[data-keep-token]").forEach((a) => { a.href = withToken(a.getAttribute("href")); });
 
+  function el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) k === "class" ? (node.className = v) : node.setAttribute(k, v);
+    for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
+    return node;
+  }
+
   function showError(message) {
     const box = document.getElementById("error");
     box.textContent = message;
     box.hidden = false;
   }
 
+  // a stopped studio leaves an open page as it was: a banner says so while no request gets an answer
+  const GONE = "the studio is not answering (stopped?)";
+  const banner = el("div", { id: "gone", class: "gone", role: "alert", hidden: "" }, GONE);
+  document.body.prepend(banner);
+  const answering = (yes) => { banner.hidden = yes; };
+
+  async function ask(url, options) {  // fetch; any HTTP answer says the studio is there, no answer that it is gone
+    let reply;
+    try { reply = await fetch(withToken(url), options); } catch (e) { answering(false); throw new Error(GONE); }
+    answering(true);
+    return reply;
+  }
+
   async function postJSON(url, body) {
-    const reply = await fetch(withToken(url), { method: "POST", headers: { "Content-Type": "application/json" },
+    const reply = await ask(url, { method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body) });
     const answer = await reply.json().catch(() => ({}));
     if (!reply.ok) throw new Error(answer.error ? answer.error.message : `${reply.status} ${reply.statusText}`);
@@ -25,17 +45,10 @@ const studio = (() => {
   }
 
   async function getJSON(url) {
-    const reply = await fetch(withToken(url));
+    const reply = await ask(url);
     const body = await reply.json().catch(() => ({}));
     if (!reply.ok) throw new Error(body.error ? body.error.message : `${reply.status} ${reply.statusText}`);
     return body;
-  }
-
-  function el(tag, attrs = {}, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs)) k === "class" ? (node.className = v) : node.setAttribute(k, v);
-    for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
-    return node;
   }
 
   const fmt = (v) => typeof v !== "number" ? String(v ?? "") : Math.abs(v) >= 1000 || Number.isInteger(v)
@@ -63,6 +76,7 @@ const studio = (() => {
     async function refresh() {
       let data;
       try { data = await getJSON("/api/runs"); } catch (e) { showError(e.message); return; }
+      document.getElementById("error").hidden = true;
       document.getElementById("root").textContent = data.root;
       const byName = new Map(data.runs.map((r) => [r.name, r]));
       const depth = (r) => { let d = 0; for (let p = r.parent; p && byName.has(p) && d < 20; p = byName.get(p).parent) d++; return d; };
@@ -107,8 +121,40 @@ const studio = (() => {
     return [pts.map((p) => p[0]), pts.map((p) => p[1])];
   }
 
+  // The y range uPlot would choose, except for a series flat up to float noise (tis_weight 1.0, 0.99999994):
+  // uPlot cannot split an axis that narrow (RangeError: Invalid array length), so it is drawn flat, centred.
+  const yRange = (logy) => (u, lo, hi) => {
+    if (lo == null || hi == null) return [null, null];
+    const mid = (lo + hi) / 2, pad = Math.abs(mid) / 10 || 1;
+    if (hi - lo > Math.abs(mid) * 1e-5) return logy ? uPlot.rangeLog(lo, hi, 10, false) : uPlot.rangeNum(lo, hi, 0.1, true);
+    return logy ? [mid / 2, mid * 2] : [mid - pad, mid + pad];
+  };
+
+  let notesAsked = null;  // what each metric measures (/api/metric-notes), asked once per page
+  const metricNotes = () => (notesAsked ??= getJSON("/api/metric-notes").then((a) => a.notes, () => ({})));
+
+  // One chart per metric, each drawn the width of its own grid cell (the grid has 1 to 4 columns as the window
+  // is narrow or wide) and redrawn when the cell's width changes.
+  const CHART_HEIGHT = 220;
   class Charts {
-    constructor(box) { this.box = box; this.plots = new Map(); }
+    constructor(box, notes) {
+      this.box = box; this.notes = notes; this.plots = new Map();
+      let pending = null;  // a window dragged wider fires many resizes: refit once it rests
+      this.cells = new ResizeObserver(() => { clearTimeout(pending); pending = setTimeout(() => this.fit(), 80); });
+    }
+    fit() {
+      for (const { area, uplot } of this.plots.values()) {
+        const width = Math.floor(area.clientWidth);
+        if (width > 0 && width !== uplot.width) uplot.setSize({ width, height: CHART_HEIGHT });
+      }
+    }
+    title(metric) {  // the name, its unit, and a line on what it measures (the whole note on hover too)
+      const note = this.notes[metric];
+      if (!note) return [el("h3", { title: "" }, metric)];
+      const unit = note.unit ? ` (${note.unit})` : "";
+      return [el("h3", { title: `${metric}${unit}: ${note.meaning}` }, metric, el("span", { class: "unit" }, unit)),
+        el("p", { class: "note" }, note.meaning)];
+    }
     draw(tables, labels, x, alpha, logy) {  // tables: run -> rows
       const metrics = [...new Set(Object.values(tables).flatMap(metricNames))];
       for (const metric of metrics) {
@@ -116,17 +162,19 @@ const studio = (() => {
         const joined = uPlot.join(per.map(([xs, ys]) => [xs, smooth(ys, alpha)]));
         const key = metric + "|" + logy + "|" + labels.length;
         let plot = this.plots.get(metric);
-        if (plot && plot.key !== key) { plot.uplot.destroy(); plot.node.remove(); plot = null; }
+        if (plot && plot.key !== key) { this.cells.unobserve(plot.area); plot.uplot.destroy(); plot.node.remove(); plot = null; }
         if (!plot) {
-          const node = el("div", { class: "chart", "data-metric": metric }, el("h3", {}, metric));
+          const area = el("div", { class: "plot" });
+          const node = el("div", { class: "chart", "data-metric": metric }, ...this.title(metric), area);
           this.box.append(node);
           const tick = (u, values) => values.map((v) => v == null ? "" : Math.abs(v) >= 1e4 ? v.toExponential(1) : +v.toPrecision(3));
-          const opts = { width: Math.max(320, this.box.clientWidth / 2 - 40), height: 220,
-            scales: { x: { time: false }, y: { distr: logy ? 3 : 1 } }, axes: [{}, { size: 64, values: tick }],
+          const opts = { width: Math.max(100, Math.floor(area.clientWidth)), height: CHART_HEIGHT,
+            scales: { x: { time: false }, y: { distr: logy ? 3 : 1, range: yRange(logy) } }, axes: [{}, { size: 64, values: tick }],
             series: [{ label: x }, ...labels.map((l, i) => ({ label: l, stroke: COLORS[i % COLORS.length], spanGaps: true }))],
             legend: { show: labels.length > 1 } };
-          plot = { node, key, uplot: new uPlot(opts, joined, node) };
+          plot = { node, area, key, uplot: new uPlot(opts, joined, area) };
           this.plots.set(metric, plot);
+          this.cells.observe(area);
         } else {
           plot.uplot.setData(joined);
         }
@@ -150,10 +198,17 @@ const studio = (() => {
   async function runPage() {
     const name = params.get("name");
     document.getElementById("title").textContent = name;
-    let rows = [];
-    const charts = new Charts(document.getElementById("charts"));
+    let rows = [], damaged = [];
+    const charts = new Charts(document.getElementById("charts"), await metricNotes());
     const read = controls(() => draw());
-    const draw = () => { charts.draw({ [name]: rows }, [name], ...read()); document.getElementById("rows").textContent = `${rows.length} rows`; };
+    const draw = () => {
+      charts.draw({ [name]: rows }, [name], ...read());
+      document.getElementById("rows").textContent = `${rows.length} rows`;
+      const note = document.getElementById("damaged");  // rows the reader skipped, named by line
+      note.hidden = !damaged.length;
+      note.textContent = `skipped ${damaged.length} damaged row${damaged.length > 1 ? "s" : ""} of metrics.jsonl: `
+        + damaged.slice(0, 5).join(", ") + (damaged.length > 5 ? `, and ${damaged.length - 5} more` : "");
+    };
     const showStatus = (s) => {
       const state = document.getElementById("state");
       state.replaceChildren(el("span", { class: "status " + (s.status || ""), id: "status" }, s.status || "no status"), " ", s.reason || "");
@@ -183,6 +238,7 @@ const studio = (() => {
     await extras.refresh();
     const first = await getJSON("/api/metrics?name=" + encodeURIComponent(name));
     rows = first.rows;
+    damaged = first.damaged;
     draw();
     // the stream follows from the byte offset reached; a hidden tab closes it (a browser keeps only ~6
     // connections to one host, so open tabs would starve each other) and reopens it where it stopped
@@ -192,6 +248,7 @@ const studio = (() => {
       live.onmessage = (event) => {
         const update = JSON.parse(event.data);
         rows = update.reset ? update.rows : rows.concat(update.rows);
+        damaged = update.reset ? update.damaged : damaged.concat(update.damaged);
         reached = { offset: update.offset, line: update.first_line };
         if (update.status) showStatus({ ...update.status, status: update.state || update.status.status });
         draw();
@@ -199,9 +256,11 @@ const studio = (() => {
       };
       // the browser's own reconnect would ask again from the first offset and append rows twice: reopen from
       // the offset reached instead (a studio restart, a network blip)
+      live.onopen = () => answering(true);
       live.onerror = () => {
         live.close();
         live = null;
+        ask("/favicon.ico", { cache: "no-store" }).catch(() => {});  // a studio gone, or only this stream?
         setTimeout(() => { if (!live && !document.hidden) follow(); }, 1000);
       };
     };
@@ -263,8 +322,9 @@ const studio = (() => {
     try { data = await getJSON("/api/compare?" + names.map((n) => "name=" + encodeURIComponent(n)).join("&")); } catch (e) { showError(e.message); return; }
     document.querySelector("#diff thead").replaceChildren(el("tr", {}, el("th", {}, "field"), ...data.runs.map((n) => el("th", {}, n))));
     document.querySelector("#diff tbody").replaceChildren(...Object.entries(data.differences).map(([field, values]) =>
-      el("tr", { "data-field": field }, el("td", {}, field), ...data.runs.map((n) => el("td", {}, JSON.stringify(values[n]))))));
-    const charts = new Charts(document.getElementById("charts"));
+      el("tr", { "data-field": field }, el("td", {}, field), ...data.runs.map((n) => n in values
+        ? el("td", {}, JSON.stringify(values[n])) : el("td", { class: "absent", title: "not in this run's config" }, "\u2014")))));
+    const charts = new Charts(document.getElementById("charts"), await metricNotes());
     const read = controls(() => charts.draw(data.rows, data.runs, ...read()));
     charts.draw(data.rows, data.runs, ...read());
   }
