@@ -84,10 +84,15 @@ def test_compare_gives_rows_and_only_the_fields_that_differ(root: Path) -> None:
     assert not any(k.startswith(("metrics.", "lineage", "step")) or k == "train.out" for k in differences)
 
 
-def test_config_differences_count_a_missing_field() -> None:
-    diff = config_differences({"x": {"train": {"lr": 1, "out": "x"}, "a": 1, "step": 5},
-                               "y": {"train": {"lr": 1, "out": "y"}, "step": 9}})
-    assert diff == {"a": {"x": 1, "y": None}}  # results (step) and the run's own folder are not settings
+def test_config_differences_show_a_missing_field_as_absent_and_skip_one_no_run_sets() -> None:
+    """A pretraining run beside an SFT run listed `train.eval_data null / null`: a field one run lacks and the other
+    leaves unset is no difference, and a field one run lacks is absent from its mapping (the page's "—"), not null."""
+    diff = config_differences({"x": {"train": {"lr": 1, "out": "x", "eval_data": None}, "a": 1, "step": 5},
+                               "y": {"train": {"lr": 1, "out": "y", "lora_alpha": None}, "step": 9, "b": None}})
+    assert diff == {"a": {"x": 1}}  # results (step) and the run's own folder are not settings
+    diff = config_differences({"x": {"train": {"lr": None}}, "y": {"train": {"lr": 0.001}},
+                               "z": {"train": {"out": "z"}}})
+    assert diff == {"train.lr": {"x": None, "y": 0.001}}  # set somewhere: null where unset, absent where missing
 
 
 @pytest.mark.parametrize("path, status, message", [
@@ -139,7 +144,8 @@ def test_the_command_refuses_other_machines_without_a_token(tmp_path: Path,
 
 
 def test_the_studio_command_serves_and_stops_on_sigterm_with_a_page_still_open(root: Path) -> None:
-    """A browser's event stream never ends by itself: SIGTERM must not wait for it (it did, for 30 s)."""
+    """A browser's event stream never ends by itself: SIGTERM must not wait for it (it did, for 30 s, then 3 s with
+    an ERROR line)."""
     import os
     import re
     import signal
@@ -164,10 +170,15 @@ def test_the_studio_command_serves_and_stops_on_sigterm_with_a_page_still_open(r
 
         threading.Thread(target=watch, daemon=True).start()
         assert opened.wait(20)
-        process.send_signal(signal.SIGTERM)
         start = time.monotonic()
+        process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
-        assert time.monotonic() - start < 10 and process.returncode in (0, -signal.SIGTERM)
+        took = time.monotonic() - start
+        errors = process.stderr.read()
+        # the stream ends at once: no wait for uvicorn's grace period, no "ERROR: Cancel 1 running task(s)" (it
+        # took 3 s with that line); 2 s leaves room for a busy machine, the docs promise at most 1 s
+        assert took < 2 and process.returncode in (0, -signal.SIGTERM), (took, errors)
+        assert "ERROR" not in errors and "Traceback" not in errors, errors
     finally:
         if process.poll() is None:
             process.kill()

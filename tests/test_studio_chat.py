@@ -53,6 +53,20 @@ def test_only_chat_checkpoints_are_offered(root: Path) -> None:
         ("rl", "sft", ["step_00000001"]), ("sft", "sft", ["step_00000001"])]
 
 
+def test_a_reward_model_is_not_offered(root: Path, tmp_path: Path) -> None:
+    """A reward model carries the chat template of the SFT run it grew from; the picker offered it, then it answered
+    409 "is a reward model ... not a language model"."""
+    import shutil
+
+    shutil.copytree(root / "sft", tmp_path / "sft")
+    shutil.copytree(root / "sft", tmp_path / "rm")
+    config = next((tmp_path / "rm" / "checkpoints").iterdir()) / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "reward_head": "score"}))
+    with studio(tmp_path) as url:
+        models = httpx.get(f"{url}/api/chat/models").json()["models"]
+    assert [m["run"] for m in models] == ["sft"]
+
+
 def test_the_whole_conversation_is_sent_and_each_model_answers_its_own(root: Path) -> None:
     with studio(root) as url:
         sft, rl = ask(url, "sft").json(), ask(url, "rl", checkpoint="step_00000001").json()
@@ -84,6 +98,9 @@ def test_a_stream_and_a_stop_string_behave_as_the_server(root: Path) -> None:
     ({"run": "../sft"}, 404, "no run"),
     ({"run": "sft", "messages": [{"role": "bot", "content": "x"}]}, 422, "messages.0.role"),
     ({"run": "sft", "temperature": -1}, 422, "temperature"),
+    ({"run": "sft", "temperature": 99}, 422, "temperature: Input should be less than or equal to 2"),
+    ({"run": "sft", "max_tokens": 0}, 422, "max_tokens: Input should be greater than or equal to 1"),
+    ({"run": "sft", "tools": [{"type": "retrieval"}]}, 400, "tool 1 is of type 'retrieval'"),
     ({"run": "sft", "messages": []}, 400, "at least one message"),
     ({"run": "sft", "messages": [{"role": "user", "content": "ret urn " * 80}]}, 400, "window"),
 ])

@@ -78,6 +78,23 @@ def test_lineage_holds_from_any_working_folder(tmp_path: Path, monkeypatch: pyte
     assert {r["name"]: r for r in list_runs(root)}["child"]["parent"] == "base"
 
 
+def test_folders_a_run_writes_inside_itself_are_not_runs(root: Path, tmp_path: Path) -> None:
+    """RL's RUN/rollout-weights/ and LoRA's RUN/merged/ hold checkpoints only: they were listed as runs of their own
+    ("saved", no lineage). A folder of checkpoints that no run folder holds (`tinylm import`) still is a run."""
+    shutil.copytree(root / "a", tmp_path / "rl")
+    shutil.copytree(root / "a" / "checkpoints", tmp_path / "rl" / "rollout-weights" / "checkpoints")
+    shutil.copytree(root / "a", tmp_path / "lora")
+    shutil.copytree(root / "a" / "checkpoints", tmp_path / "lora" / "merged" / "checkpoints")
+    shutil.copytree(root / "a" / "checkpoints", tmp_path / "imported" / "checkpoints")
+    shutil.copytree(root / "a", tmp_path / "pipeline" / "sft")  # a pipeline's stages are runs inside its folder
+    shutil.copytree(root / "a", tmp_path / "rl" / "nested")  # a stage's files: a run wherever it is
+    assert [r["name"] for r in list_runs(tmp_path)] == ["imported", "lora", "pipeline/sft", "rl", "rl/nested"]
+    for name in ("rl/rollout-weights", "lora/merged"):
+        with pytest.raises(StudioError):
+            resolve_run(tmp_path, name)
+    assert resolve_run(tmp_path, "imported") == (tmp_path / "imported").resolve()
+
+
 @pytest.mark.parametrize("name", ["..", "../x", "/etc", "a/../../x", "", "a\\b", "nope", "group"])
 def test_names_outside_the_root_or_not_runs_are_refused(root: Path, name: str) -> None:
     with pytest.raises(StudioError) as refused:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from tinylm.cli.options import add_config_options, config_from_args
 from tinylm.cli.run_summary import before_after, print_outcome, steps_and_loss
+from tinylm.runtime.distributed import launched_by_torchrun
 from tinylm.stages import StageSpec
 from tinylm.train.loop import TrainSummary, run_training
 
@@ -38,4 +39,13 @@ def run_stage_command(args: argparse.Namespace, spec: StageSpec,
     summary = run_training(config_from_args(spec.config, args), stage=spec.stage())  # resume: the engine's rule
     if int(os.environ.get("RANK", "0")) == 0:
         (report or (lambda s: print_scores(spec, s)))(summary)
-    return EXIT_STATUS.get(summary.stopped, 0)
+    return exit_status(summary.stopped)
+
+
+def exit_status(stopped: str) -> int:
+    """The exit status of a run that stopped this way. Under torchrun a polite stop (its workers signalled, as the
+    studio's stop does) is 0: torchrun reads any other status as a failed worker, prints its ChildFailedError
+    traceback and, with --max-restarts, starts the group again."""
+    if stopped == "interrupted" and launched_by_torchrun():
+        return 0
+    return EXIT_STATUS.get(stopped, 0)

@@ -11,8 +11,9 @@
     GET, POST /api/report?name=N           its report card; (re)build it
     GET /api/chat/models, POST /api/chat   the chat checkpoints; a reply through the serving engine (chat_models.py)
     GET /api/stages                        every stage's form, from the stage table and option fields
+    GET /api/metric-notes                  each metric's unit and one-line meaning (metric_notes.py)
     POST /api/preview, /api/launch         a form's command line; start it as a new run, torchrun too (launch.py)
-    POST /api/stop, /api/resume            SIGTERM to a run (torchrun: to it); continue it (--resume latest)
+    POST /api/stop, /api/resume            SIGTERM to a run (torchrun: to its workers); continue it (--resume latest)
     GET /  /run  /compare  /launch  /tokens  /data  /chat   the pages (static; the charts are the vendored uPlot)
 
 Every answer is read from disk when it is asked for. A refused request is a 4xx JSON error naming
@@ -42,7 +43,8 @@ from tinylm.studio import launch as launcher
 from tinylm.studio.chat_models import ChatModels, chat_routes
 from tinylm.studio.data_preview import MAX_ROWS
 from tinylm.studio.data_preview import preview as preview_data
-from tinylm.studio.follow import RunWatch, read_after
+from tinylm.studio.follow import RunWatch, read_after, stopped_within
+from tinylm.studio.metric_notes import notes_json
 from tinylm.studio.post_body import json_body
 from tinylm.studio.run_files import run_files_routes
 from tinylm.studio.runs import (
@@ -59,7 +61,7 @@ STATIC = Path(__file__).with_name("static")
 POLL_S = 1.0  # how often a live stream looks at the file (each wake-up takes a core from training)
 CONSOLE_TAIL = 8192  # bytes of a run's console shown
 TOKENIZE_LIMIT = 20_000  # characters the tokenizer playground takes
-SHUTDOWN_GRACE_S = 1.0  # an open page's event stream never ends by itself: stopping waits this long for it
+SHUTDOWN_GRACE_S = 1.0  # what stopping waits for a response still open (the event streams end at once: follow.py)
 PAGES = {"/": "index.html", "/run": "run.html", "/compare": "compare.html", "/launch": "launch.html",
          "/tokens": "tokens.html", "/data": "data.html", "/chat": "chat.html"}
 
@@ -92,21 +94,25 @@ def settings(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def config_differences(configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """{field: {run: value}} for the settings whose values are not the same in every run (missing counts)."""
+    """{field: {run: value}} for the settings whose values are not the same in every run. A run that has no such
+    field (another stage's option, say) is left out of the field's mapping, so the page can show it as absent ("—")
+    rather than as a null value; a field no run sets (absent, or null) is no difference."""
     flat = {name: settings(config) for name, config in configs.items()}
     fields = sorted(set().union(*(f.keys() for f in flat.values()))) if flat else []
-    missing = object()
     out = {}
     for field in fields:
-        values = {name: f.get(field, missing) for name, f in flat.items()}
-        if len({json.dumps(v, sort_keys=True, default=str) if v is not missing else "\0" for v in values.values()}) > 1:
-            out[field] = {name: (None if v is missing else v) for name, v in values.items()}
+        values = {name: f[field] for name, f in flat.items() if field in f}
+        if all(value is None for value in values.values()):
+            continue
+        if len(values) < len(flat) or len({json.dumps(v, sort_keys=True, default=str) for v in values.values()}) > 1:
+            out[field] = values
     return out
 
 
 def create_app(root: Path, token: str | None = None) -> FastAPI:
     root = root.resolve()
     chat_models = ChatModels(root)
+    stopping = asyncio.Event()  # set by StudioServer when it stops: every live stream ends at once (follow.py)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -114,6 +120,7 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
         await asyncio.to_thread(chat_models.close)
 
     app = FastAPI(title="tinylm studio", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app.state.stopping = stopping
 
     @app.middleware("http")
     async def guard(request: Request, call_next: Any) -> Any:
@@ -164,7 +171,8 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
                 if update.rows or update.reset or changed:
                     yield f"data: {json.dumps({**update.__dict__, 'status': watch.status, 'state': watch.state})}\n\n"
                 position, number = update.offset, update.first_line
-                await asyncio.sleep(POLL_S)
+                if await stopped_within(stopping, POLL_S):
+                    return
 
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -197,6 +205,11 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
     async def data(stage: str, spec: str = Query(..., alias="data"), run: str | None = None,
                    limit: int = Query(5, ge=1, le=MAX_ROWS), seed: int = 0) -> dict[str, Any]:
         return await asyncio.to_thread(preview_data, root, stage, spec, run, limit, seed)
+
+    @app.get("/api/metric-notes")
+    async def metric_notes() -> dict[str, Any]:
+        """Each metric's unit and one-line meaning, shown with its chart (metric_notes.py)."""
+        return {"notes": notes_json()}
 
     @app.get("/api/stages")
     async def stages() -> dict[str, Any]:

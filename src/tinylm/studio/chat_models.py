@@ -38,13 +38,14 @@ LOADED = 2  # models kept in memory: two panes side by side
 
 
 def chat_checkpoints(root: Path) -> list[dict[str, Any]]:
-    """Every run under the root whose newest checkpoint can chat (it carries a chat template), newest first
+    """Every run under the root whose newest checkpoint can chat (it carries a chat template and is a language
+    model: a reward model has the template of the SFT run it grew from, and would only be refused), newest first
     within a run: {"run", "stage", "checkpoints": [names]}."""
     found = []
     for run_dir in find_runs(root):
         checkpoints = list_checkpoints(run_dir)
         config = newest_checkpoint_config(checkpoints)
-        if config.get("chat_template"):
+        if config.get("chat_template") and config.get("reward_head") is None:
             found.append({"run": run_name(root, run_dir), "stage": config.get("stage"),
                           "checkpoints": [c.name for c in reversed(checkpoints)]})
     return found

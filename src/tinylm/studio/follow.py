@@ -5,13 +5,22 @@ complete line and answers with the new offset, so each update costs the new line
 again. A half-written last line waits for the next read. A file shorter than the offset was rewritten
 (a resumed run drops the rows past its checkpoint, metrics.truncate_after): the reader starts over
 and says `reset`, so the page redraws from the rows it is sent.
+
+A live stream (GET /api/events) never ends by itself: the page keeps it open. So the studio's server
+(`StudioServer`) first tells every stream to end when it stops, and each one, waiting between polls on
+that word rather than sleeping, ends at once; uvicorn then has no open response to wait for, or to
+cancel with an ERROR line after its grace period.
 """
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import uvicorn
 
 from tinylm.metrics import METRICS, parse_rows
 from tinylm.train.run_status import STATUS_FILE, read_status, run_state
@@ -79,3 +88,23 @@ class RunWatch:
             self.state = run_state(self.run_dir, self.status)
         self.polls += 1
         return update, (self.status, self.state) != before or self.polls == 1
+
+
+async def stopped_within(stopping: asyncio.Event, seconds: float) -> bool:
+    """Wait `seconds` between two polls of a live stream, or less when the studio begins to stop; whether it does."""
+    try:
+        await asyncio.wait_for(stopping.wait(), seconds)
+    except TimeoutError:
+        return False
+    return True
+
+
+class StudioServer(uvicorn.Server):
+    """uvicorn's server, which ends the live streams (the app's `state.stopping`) before it waits for open
+    responses, so a SIGTERM stops the studio in a fraction of a second with an open page."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        stopping = getattr(getattr(self.config.app, "state", None), "stopping", None)
+        if isinstance(stopping, asyncio.Event):
+            stopping.set()
+        await super().shutdown(sockets)

@@ -1,9 +1,10 @@
 """The runs under a root folder, as the studio shows them: each one read from its own files, nothing cached.
 
-A run folder is any folder holding `metrics.jsonl`, `status.json`, `checkpoints/` or the `console.log` of a
-run the studio launched (a pipeline's stages
-are run folders inside its folder). What a record says comes from those files alone, so a page refresh,
-a second tab or a restarted studio shows the same thing:
+A run folder is one a stage wrote: it holds `metrics.jsonl`, `status.json` or the `console.log` of a run the
+studio launched (a pipeline's stages are run folders inside its folder). A folder with only `checkpoints/`
+is a run when no run folder holds it (a `tinylm import`, a run from before status.json); inside a run it is
+that run's by-product: RL's `rollout-weights/`, LoRA's `merged/`. What a record says comes from those files
+alone, so a page refresh, a second tab or a restarted studio shows the same thing:
 
     status      status.json, with a "running" run whose lock is free shown as "died" (train/run_status.py)
     stage       status.json, else the newest checkpoint's config.json, else the stage table's first row (a run
@@ -28,7 +29,7 @@ from tinylm.stages import STAGES
 from tinylm.train.run_status import STATUS_FILE, read_status, run_state
 
 CONSOLE = "console.log"  # the output of a run the studio launched: a run from the moment it starts
-MARKERS = (METRICS, STATUS_FILE, CHECKPOINTS, CONSOLE)
+WRITTEN_BY_A_STAGE = (METRICS, STATUS_FILE, CONSOLE)  # a run's own files; checkpoints/ alone may be a by-product
 # the headline evaluation of each kind of run, and whether higher is better
 HEADLINES: tuple[tuple[str, bool], ...] = (("exact_match", True), ("dev_accuracy", True), ("dev_bpb", False),
                                             ("dev_loss", False))
@@ -43,23 +44,32 @@ class StudioError(Exception):
         self.status = status
 
 
-def is_run(folder: Path) -> bool:
-    return any((folder / marker).exists() for marker in MARKERS)
+def holds_run_files(folder: Path) -> bool:
+    """Whether `folder` holds any of a run's files, checkpoints included (it is a run, or inside one)."""
+    return any((folder / marker).exists() for marker in (*WRITTEN_BY_A_STAGE, CHECKPOINTS))
+
+
+def is_run(folder: Path, inside_run: bool = False) -> bool:
+    """Whether `folder` is a run folder; `inside_run`: a folder above it (under the root) holds a run's files."""
+    if any((folder / marker).exists() for marker in WRITTEN_BY_A_STAGE):
+        return True
+    return not inside_run and (folder / CHECKPOINTS).is_dir()
 
 
 def find_runs(root: Path) -> list[Path]:
     """Every run folder under `root` (itself included), sorted by name; checkpoints and hidden folders skipped."""
     found = []
-    stack = [root]
+    stack = [(root, False)]
     while stack:
-        folder = stack.pop()
-        if is_run(folder):
+        folder, inside_run = stack.pop()
+        if is_run(folder, inside_run):
             found.append(folder)
         try:
             children = [c for c in folder.iterdir() if c.is_dir() and not c.is_symlink()]
         except OSError:
             continue
-        stack += [c for c in children if c.name != CHECKPOINTS and not c.name.startswith(".")]
+        below = inside_run or holds_run_files(folder)
+        stack += [(c, below) for c in children if c.name != CHECKPOINTS and not c.name.startswith(".")]
     return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 
@@ -72,10 +82,12 @@ def resolve_run(root: Path, name: str) -> Path:
     """The run folder `name` stands for; StudioError (404) if it is not a run under the root."""
     if not name or name.startswith("/") or "\\" in name or any(part == ".." for part in name.split("/")):
         raise StudioError(f"no run {name!r} under the runs root", 404)
+    root = root.resolve()
     folder = (root / name).resolve()
-    if folder != root.resolve() and root.resolve() not in folder.parents:
+    if folder != root and root not in folder.parents:
         raise StudioError(f"no run {name!r} under the runs root", 404)
-    if not folder.is_dir() or not is_run(folder):
+    inside_run = any(holds_run_files(above) for above in folder.parents if above == root or root in above.parents)
+    if not folder.is_dir() or not is_run(folder, inside_run):
         raise StudioError(f"no run {name!r} under the runs root", 404)
     return folder
 

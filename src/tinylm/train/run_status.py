@@ -68,8 +68,8 @@ class RunStatus:
         self.active = active
         self.fields: dict[str, Any] = {"status": "running", "stage": stage, "step": 0, "total_steps": None,
                                        "pid": os.getpid(), "host": socket.gethostname(), "world_size": world_size,
-                                       # torchrun's own pid when it started this process: a stop goes to it,
-                                       # and it forwards one SIGTERM to every worker
+                                       # torchrun's own pid when it started this process: a stop signals its
+                                       # children, the workers (studio/launch.py stop)
                                        "launcher_pid": os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else None,
                                        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
                                        "started": _now(), "reason": None}

@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from tinylm.studio.app import SHUTDOWN_GRACE_S, create_app  # FastAPI and the pages load only for this command
+    from tinylm.studio.follow import StudioServer  # uvicorn's server: loaded only for this command too
 
     root = Path(args.runs)
     if not root.is_dir():
@@ -59,5 +60,5 @@ def run(args: argparse.Namespace) -> int:
     suffix = f"?token={token}" if token else ""
     print(f"tinylm: studio for {root.resolve()} at http://{host}:{port}/{suffix}", file=sys.stderr, flush=True)
     config = uvicorn.Config(create_app(root, token), log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
-    uvicorn.Server(config).run(sockets=[sock])
+    StudioServer(config).run(sockets=[sock])  # SIGTERM ends the open pages' live streams first, then stops
     return 0
