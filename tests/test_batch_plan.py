@@ -4,8 +4,6 @@ what a real pretraining run draws, counts, plans and resumes with them."""
 from __future__ import annotations
 
 import itertools
-import subprocess
-import sys
 import time
 import types
 from pathlib import Path
@@ -198,10 +196,14 @@ def test_the_weight_decay_schedule_is_its_formula_and_constant_changes_nothing(t
     assert linear[0] == constant_losses[0] and linear[2:] != constant_losses[2:]
 
 
-def test_post_training_stages_do_not_take_pretraining_options() -> None:
+def test_post_training_stages_do_not_take_pretraining_options(capsys: pytest.CaptureFixture[str]) -> None:
+    from tinylm.cli.main import main
+
     for command in ("sft", "dpo", "rl"):
-        text = subprocess.run([sys.executable, "-m", "tinylm", command, "--help"], capture_output=True, text=True,
-                              check=True).stdout
+        with pytest.raises(SystemExit) as exit_code:
+            main([command, "--help"])
+        assert exit_code.value.code == 0
+        text = capsys.readouterr().out
         for flag in ("--batch-ramp-steps", "--seq-len-warmup-steps", "--z-loss", "--target-dev-bpb"):
             assert flag not in text, (command, flag)
         assert "--weight-decay-schedule" in text  # the engine's own option: every stage has it

@@ -139,6 +139,15 @@ def test_cli_out_that_cannot_be_written_is_one_clear_line(monkeypatch: pytest.Mo
         f"tinylm: error: cannot write --out {out}: No space left on device (the results are printed above)")
 
 
+@pytest.fixture
+def known_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fixed matmul peak where the peak is not under test: a bf16 one takes seconds on a CPU without bf16."""
+    from tinylm.bench import suite
+
+    monkeypatch.setattr(suite, "matmul_peak_flops", lambda device, dtype: 1e11)
+
+
+@pytest.mark.usefixtures("known_peak")
 def test_dtype_auto_uses_the_training_policy_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     from tinylm.runtime import measure_cache, precision
 
@@ -157,6 +166,7 @@ def test_dtype_auto_uses_the_training_policy_and_says_why(monkeypatch: pytest.Mo
     assert "dtype: bf16 autocast" in format_table(fast)
 
 
+@pytest.mark.usefixtures("known_peak")
 def test_explicit_bf16_decodes_with_bf16_weights() -> None:
     options = BenchOptions(preset="tiny", overrides=MICRO, batch_size=2, seq_len=16, repeats=1, warmup=0,
                            device="cpu", threads=1, dtype="bf16", reference=False, decode_tokens=4,
@@ -165,6 +175,7 @@ def test_explicit_bf16_decodes_with_bf16_weights() -> None:
     assert result["decode_dtype"] == "bf16" and result["decode_tokens_per_s"] > 0
 
 
+@pytest.mark.usefixtures("known_peak")
 def test_int8_decoding_is_measured_against_float_transformers_with_the_int8_bytes() -> None:
     options = BenchOptions(preset="tiny", overrides=MICRO, batch_size=2, seq_len=16, repeats=1, warmup=0,
                            device="cpu", threads=1, dtype="bf16", decode_tokens=4, int8=True,

@@ -62,7 +62,10 @@ def dev_losses(run: Path) -> list[float]:
 
 # one machine with two processes, and two "machines" (torchrun nodes on loopback) with one each; the default
 # optimizer (Muon beside AdamW: under FSDP each rank orthogonalises the gathered matrix) and AdamW alone
-TOPOLOGIES = [pytest.param("ddp", 1, "muon", id="ddp-1node"), pytest.param("ddp", 2, "muon", id="ddp-2nodes"),
+# ddp-1node is slow-only: the same two DDP processes run in ddp-2nodes (through the multi-node rendezvous) and on
+# one node in every post-training stage's torchrun test (tests/test_sft.py, test_dpo.py, test_rl.py)
+TOPOLOGIES = [pytest.param("ddp", 1, "muon", id="ddp-1node", marks=pytest.mark.slow),
+              pytest.param("ddp", 2, "muon", id="ddp-2nodes"),
               pytest.param("fsdp", 1, "muon", id="fsdp-1node"), pytest.param("fsdp", 1, "adamw", id="fsdp-adamw"),
               pytest.param("fsdp", 2, "muon", id="fsdp-2nodes", marks=pytest.mark.slow)]
 

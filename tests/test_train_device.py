@@ -93,6 +93,18 @@ def test_cpu_peak_is_measured_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert time.perf_counter() - start < 0.05
 
 
+def test_the_peak_is_measured_on_matrices_whose_one_product_stays_short() -> None:
+    """fp32 at 30 GFLOP/s reaches the full 1024 edge; bf16 emulated at 1.3 GFLOP/s (an AVX2 CPU) stops at 512:
+    one 1024-wide product would take 1.6 s, more than the whole measurement is meant to."""
+    def at(flops_per_s: float):
+        return lambda edge: 2 * edge**3 / flops_per_s
+
+    assert dev.matmul_edge(at(30e9), 1024, short=0.05) == 1024
+    assert dev.matmul_edge(at(1.3e9), 1024, short=0.05) == 512  # 256: 26 ms, 512: 206 ms
+    assert dev.matmul_edge(at(0.3e9), 1024, short=0.05) == 256  # 256: 112 ms already
+    assert dev.matmul_edge(at(1e15), 128, short=0.05) == 128  # never past the largest asked for
+
+
 def test_peak_override(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TINYLM_PEAK_FLOPS", "3.5e14")
     assert dev.peak_flops(torch.device("cpu")) == 3.5e14

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
@@ -133,23 +134,44 @@ def measure_cpu_peak_flops(dtype_name: str = "fp32", size: int = 1024, seconds: 
 
     The best of many runs, because other work on the machine only ever makes a run slower; on a
     machine that stays busy the peak comes out low and MFU high, so CPU MFU is an estimate.
+    The matrices grow from 256 up to `size` while one product stays short: a CPU without native bf16
+    takes seconds for one 1024-wide bf16 product, and a peak that costs more than the run it
+    describes is no use (`matmul_edge`).
     """
     import torch
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
-    a = torch.randn(size, size, generator=torch.Generator().manual_seed(0)).to(dtype)
-    b = torch.randn(size, size, generator=torch.Generator().manual_seed(1)).to(dtype)
-    for _ in range(3):  # warm up threads and caches
-        torch.mm(a, b)
+    edge = matmul_edge(lambda n: _time_one_matmul(n, dtype), size, seconds / 20)
+    a = torch.randn(edge, edge, generator=torch.Generator().manual_seed(0)).to(dtype)
+    b = torch.randn(edge, edge, generator=torch.Generator().manual_seed(1)).to(dtype)
+    torch.mm(a, b)  # warm up threads and caches
     best = 0.0
     deadline = time.perf_counter() + seconds
     while True:
         start = time.perf_counter()
         torch.mm(a, b)
         elapsed = time.perf_counter() - start
-        best = max(best, 2 * size**3 / max(elapsed, 1e-9))
+        best = max(best, 2 * edge**3 / max(elapsed, 1e-9))
         if time.perf_counter() > deadline:
             return best
+
+
+def matmul_edge(time_one: Callable[[int], float], largest: int, short: float, smallest: int = 256) -> int:
+    """The edge to measure at: doubled from `smallest` while one product takes under `short` seconds."""
+    edge = min(smallest, largest)
+    while edge * 2 <= largest and time_one(edge) < short:
+        edge *= 2
+    return edge
+
+
+def _time_one_matmul(edge: int, dtype: torch.dtype) -> float:
+    import torch
+
+    a, b = torch.ones(edge, edge, dtype=dtype), torch.ones(edge, edge, dtype=dtype)
+    torch.mm(a, b)  # the first product of a shape pays for its setup
+    start = time.perf_counter()
+    torch.mm(a, b)
+    return time.perf_counter() - start
 
 
 def peak_flops(device: torch.device, dtype: torch.dtype | None = None) -> float | None:
