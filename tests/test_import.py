@@ -147,8 +147,10 @@ def test_pickled_weights_are_refused(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("changes, words", [
-    (dict(rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}), "linear"),
-    (dict(rope_scaling={"type": "dynamic", "factor": 2.0}), "dynamic"),
+    (dict(rope_parameters={"rope_type": "longrope", "factor": 2.0, "rope_theta": 10000.0}), "longrope"),
+    (dict(rope_scaling={"type": "dynamic", "factor": 2.0}), "rope_scaling says 'dynamic', rope_parameters says"),
+    (dict(rope_parameters={"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8,
+                           "mscale_all_dim": 1.0}), "unsupported rope parameters mscale_all_dim"),
     (dict(model_type="bert", architectures=["BertForMaskedLM"]), "unsupported architecture"),
     (dict(attention_bias=True), "bias"),
     (dict(hidden_act="gelu"), "hidden_act"),

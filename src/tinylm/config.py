@@ -51,6 +51,15 @@ class ModelConfig:
     mlp_type: Literal["swiglu", "relu2"] = "swiglu"  # relu2: down(relu(up(x))^2), 3/2 the hidden width
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
+    # RoPE scaling, to read past the context a model was trained at (models/modern/rope_scaling/)
+    rope_scaling: Literal["none", "linear", "dynamic", "yarn", "llama3"] = "none"
+    rope_factor: float = 1.0  # how many times longer a window the rule stretches RoPE over
+    rope_original_context: int | None = None  # the context pretraining used; None = context_length (not extended)
+    yarn_beta_fast: float = 32.0  # YaRN: pairs turning more than this many times over the original context are kept
+    yarn_beta_slow: float = 1.0  # YaRN: pairs turning fewer times are interpolated (divided by the factor)
+    yarn_attention_factor: float | None = None  # YaRN: cos and sin scale; None = 0.1 ln(factor) + 1
+    llama3_low_freq_factor: float = 1.0  # Llama 3.1: wavelengths over original_context / this are divided
+    llama3_high_freq_factor: float = 4.0  # Llama 3.1: wavelengths under original_context / this are kept
     qk_norm: bool = False
     sliding_window: int | None = None  # a query sees itself and the window-1 tokens before it
     attn_output_gate: bool = False
@@ -111,6 +120,11 @@ class ModelConfig:
     def is_moe(self) -> bool:
         return self.n_experts > 0
 
+    @property
+    def rope_base_context(self) -> int:
+        """The context the model was pretrained at: the rule stretches RoPE from this length."""
+        return self.rope_original_context if self.rope_original_context is not None else self.context_length
+
     # ---- validation ----------------------------------------------------------------------------
     def validate(self) -> None:
         def need(ok: bool, name: str, rule: str) -> None:
@@ -134,6 +148,9 @@ class ModelConfig:
         else:
             need(self.head_dim >= 2, "head_dim", "must be >= 2")
         if self.arch == "classic":
+            need(self.rope_scaling == "none", "rope_scaling",
+                 "the classic model's positions are a learned table of context_length rows, with no RoPE to "
+                 "rescale: a context can be extended on a modern model only")
             need(self.n_embed % self.n_head == 0, "n_head", f"must divide n_embed={self.n_embed}")
             for name in ("n_experts", "qk_norm", "sliding_window", "attn_output_gate", "mlp_type"):
                 default = next(f.default for f in fields(self) if f.name == name)
@@ -145,6 +162,7 @@ class ModelConfig:
         if self.attention == "standard":
             need(self.dim_per_head % 2 == 0, "head_dim", "must be even for RoPE (n_embed // n_head is odd)")
         need(self.rope_theta > 0, "rope_theta", "must be > 0")
+        self._validate_rope_scaling(need)
         need(self.norm_eps > 0, "norm_eps", "must be > 0")
         need(self.mlp_multiple_of >= 1, "mlp_multiple_of", "must be >= 1")
         need(self.mlp_hidden is None or self.mlp_hidden >= 1, "mlp_hidden", "must be >= 1")
@@ -168,6 +186,35 @@ class ModelConfig:
             need(self.moe_aux_loss_coef >= 0, "moe_aux_loss_coef", "must be >= 0")
             need(not self.moe_shared_expert_gate or self.n_shared_experts > 0, "moe_shared_expert_gate",
                  "needs n_shared_experts > 0")
+
+    def _validate_rope_scaling(self, need: Any) -> None:
+        rule = self.rope_scaling
+        need(rule in ("none", "linear", "dynamic", "yarn", "llama3"), "rope_scaling",
+             "must be one of none, linear, dynamic, yarn, llama3")
+        need(math.isfinite(self.rope_factor) and self.rope_factor >= 1, "rope_factor",
+             "must be >= 1: a factor below 1 would shrink the window, not extend it")
+        need(self.rope_original_context is None or 1 <= self.rope_original_context <= self.context_length,
+             "rope_original_context", f"must be in [1, context_length={self.context_length}]: the context a model "
+             "is extended to cannot be shorter than the one it was trained at")
+        if rule == "none":
+            need(self.rope_factor == 1, "rope_factor", "needs a rope_scaling rule (linear, dynamic, yarn or llama3)")
+            need(self.rope_original_context is None, "rope_original_context",
+                 "needs a rope_scaling rule (linear, dynamic, yarn or llama3)")
+        for name in ("yarn_beta_fast", "yarn_beta_slow", "yarn_attention_factor"):
+            default = next(f.default for f in fields(self) if f.name == name)
+            need(rule == "yarn" or getattr(self, name) == default, name, "is a YaRN field: set rope_scaling=yarn")
+        for name in ("llama3_low_freq_factor", "llama3_high_freq_factor"):
+            default = next(f.default for f in fields(self) if f.name == name)
+            need(rule == "llama3" or getattr(self, name) == default, name,
+                 "is a Llama 3.1 field: set rope_scaling=llama3")
+        need(0 < self.yarn_beta_slow < self.yarn_beta_fast, "yarn_beta_fast",
+             f"must be above yarn_beta_slow={self.yarn_beta_slow}, which must be > 0")
+        need(self.yarn_attention_factor is None or self.yarn_attention_factor > 0, "yarn_attention_factor",
+             "must be > 0 or None")
+        need(0 < self.llama3_low_freq_factor < self.llama3_high_freq_factor, "llama3_high_freq_factor",
+             f"must be above llama3_low_freq_factor={self.llama3_low_freq_factor}, which must be > 0")
+        need(rule == "none" or self.attention == "standard", "rope_scaling",
+             "is not supported with MLA yet (DeepSeek's YaRN also rescales the softmax by mscale_all_dim)")
 
     # ---- (de)serialization ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -39,6 +39,16 @@ HANDLED: dict[str, tuple[Any, ...] | None] = {
     "mlp_type": ANY,  # SwiGLU's gate and up fused into one matmul, or ReLU^2's up alone
     "norm_eps": ANY,
     "rope_theta": ANY,  # the model's own RotaryEmbedding tables
+    # a fixed scaling rule is in those tables too; dynamic NTK's change with the length read, and the fast
+    # decoder builds one table for its whole capacity
+    "rope_scaling": ("none", "linear", "yarn", "llama3"),
+    "rope_factor": ANY,
+    "rope_original_context": ANY,
+    "yarn_beta_fast": ANY,
+    "yarn_beta_slow": ANY,
+    "yarn_attention_factor": ANY,
+    "llama3_low_freq_factor": ANY,
+    "llama3_high_freq_factor": ANY,
     "qk_norm": ANY,
     "sliding_window": ANY,
     "attn_output_gate": ANY,

@@ -34,6 +34,9 @@ def gguf_architecture(config: ModelConfig) -> str:
             raise _refuse(f"mlp_activation={config.mlp_activation!r}", "llama.cpp's gpt2 graph applies GELU; "
                           "train the classic model with mlp_activation=gelu to export it")
         return "gpt2"
+    if config.rope_scaling != "none":
+        raise _refuse(f"rope_scaling={config.rope_scaling!r}", "tinylm does not write llama.cpp's rope.scaling keys "
+                      "yet (export it to transformers, which reads the rule)")
     if config.attention == "mla":
         raise _refuse("attention='mla'", "tinylm's latent attention keeps rotate-half RoPE and its own latent norms, "
                       "which llama.cpp's deepseek2 graph does not compute as tinylm does (not verified)")

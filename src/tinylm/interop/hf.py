@@ -92,9 +92,32 @@ def hf_architecture(config: ModelConfig) -> str:
 
 # ---- configs -----------------------------------------------------------------------------------
 def _rope(config: ModelConfig) -> dict[str, Any]:
+    """RoPE and its scaling rule as transformers reads them (`modeling_rope_utils`'s field names).
+
+    Both spellings: rope_parameters for transformers >= 5, rope_theta / rope_scaling for older readers and
+    other tools (vLLM, llama.cpp's converter). Dynamic NTK reads max_position_embeddings as the original
+    context, the length past which it starts to scale (`_max_positions`).
+    """
     theta = float(config.rope_theta)
-    # both spellings: rope_parameters for transformers >= 5, rope_theta for older readers and other tools
-    return {"rope_theta": theta, "rope_parameters": {"rope_type": "default", "rope_theta": theta}}
+    rule = config.rope_scaling
+    parameters: dict[str, Any] = {"rope_type": "default" if rule == "none" else rule, "rope_theta": theta}
+    if rule != "none":
+        parameters["factor"] = float(config.rope_factor)
+    if rule in ("yarn", "llama3"):
+        parameters["original_max_position_embeddings"] = config.rope_base_context
+    if rule == "yarn":
+        parameters.update(beta_fast=config.yarn_beta_fast, beta_slow=config.yarn_beta_slow, truncate=True)
+        if config.yarn_attention_factor is not None:
+            parameters["attention_factor"] = config.yarn_attention_factor
+    if rule == "llama3":
+        parameters.update(low_freq_factor=config.llama3_low_freq_factor,
+                          high_freq_factor=config.llama3_high_freq_factor)
+    scaling = {k: v for k, v in parameters.items() if k != "rope_theta"} if rule != "none" else None
+    return {"rope_theta": theta, "rope_parameters": parameters, "rope_scaling": scaling}
+
+
+def _max_positions(config: ModelConfig) -> int:
+    return config.rope_base_context if config.rope_scaling == "dynamic" else config.context_length
 
 
 def _sliding(config: ModelConfig) -> dict[str, Any]:
@@ -122,7 +145,7 @@ def hf_config_dict(config: ModelConfig, **token_ids: Any) -> dict[str, Any]:
         **head, "vocab_size": config.vocab_size, "hidden_size": config.n_embed,
         "intermediate_size": config.mlp_width, "num_hidden_layers": config.n_blocks,
         "num_attention_heads": config.n_head, "num_key_value_heads": config.kv_heads, "head_dim": config.dim_per_head,
-        "hidden_act": "silu", "max_position_embeddings": config.context_length, "initializer_range": config.init_std,
+        "hidden_act": "silu", "max_position_embeddings": _max_positions(config), "initializer_range": config.init_std,
         "rms_norm_eps": config.norm_eps, "tie_word_embeddings": config.tie_embeddings, **_rope(config),
         "attention_bias": False, "attention_dropout": config.dropout, **token_ids,
     }

@@ -54,17 +54,42 @@ class _Reader:
         return sorted(set(self.data) - self.used)
 
 
-def _rope_theta(r: _Reader) -> float:
-    scaling = r.get("rope_scaling")
-    params = r.get("rope_parameters") or {}
-    for source in (scaling, params):
-        kind = (source or {}).get("rope_type", (source or {}).get("type", "default"))
-        if kind != "default":
-            raise TinyLMError(f"unsupported rope_scaling {kind!r}: only the default RoPE maps exactly")
-        extra = sorted(set(source or {}) - {"rope_type", "type", "rope_theta"})
-        if extra:
-            raise TinyLMError(f"unsupported rope parameters {', '.join(extra)}: only the default RoPE maps exactly")
-    return float(params.get("rope_theta", r.get("rope_theta", 10000.0)))
+ROPE_KEYS = {  # a transformers rope parameter -> the tinylm field it sets, per rule
+    "linear": {"factor": "rope_factor"},
+    "dynamic": {"factor": "rope_factor"},
+    "yarn": {"factor": "rope_factor", "original_max_position_embeddings": "rope_original_context",
+             "beta_fast": "yarn_beta_fast", "beta_slow": "yarn_beta_slow", "attention_factor": "yarn_attention_factor"},
+    "llama3": {"factor": "rope_factor", "original_max_position_embeddings": "rope_original_context",
+               "low_freq_factor": "llama3_low_freq_factor", "high_freq_factor": "llama3_high_freq_factor"},
+}
+
+
+def _rope_fields(r: _Reader) -> dict[str, Any]:
+    """rope_theta and the scaling rule's fields, from rope_parameters (transformers >= 5) or rope_scaling."""
+    def kind_of(source: dict) -> str:
+        return source.get("rope_type", source.get("type", "default"))
+
+    old, new = r.get("rope_scaling") or {}, r.get("rope_parameters") or {}
+    if old and new and kind_of(old) != kind_of(new):
+        raise TinyLMError(f"conflicting RoPE settings: rope_scaling says {kind_of(old)!r}, rope_parameters says "
+                          f"{kind_of(new)!r}")
+    params = {**old, **new}
+    kind = kind_of(params)
+    fields: dict[str, Any] = {"rope_theta": float(params.get("rope_theta", r.get("rope_theta", 10000.0)))}
+    known = {"rope_type", "type", "rope_theta"} | set(ROPE_KEYS.get(kind, {}))
+    if kind not in ("default", *ROPE_KEYS):
+        raise TinyLMError(f"unsupported rope_scaling {kind!r}: tinylm has none, linear, dynamic, yarn and llama3")
+    if kind == "yarn" and params.get("truncate", True) is not True:
+        raise TinyLMError("unsupported rope parameters truncate=false: tinylm's YaRN rounds its ramp to whole "
+                          "dimensions, as the paper does")
+    extra = sorted(set(params) - known - ({"truncate"} if kind == "yarn" else set()))
+    if extra:
+        raise TinyLMError(f"unsupported rope parameters {', '.join(extra)} for rope_type {kind!r}")
+    if kind != "default":
+        fields["rope_scaling"] = kind
+        fields.update({ROPE_KEYS[kind][key]: value for key, value in params.items() if key in ROPE_KEYS[kind]
+                       and value is not None})
+    return fields
 
 
 def _window(r: _Reader, per_layer_flag: bool) -> int | None:
@@ -129,10 +154,13 @@ def _modern_from_hf(r: _Reader, model_type: str) -> ModelConfig:
         arch="modern", vocab_size=r.need("vocab_size"), context_length=r.need("max_position_embeddings"),
         n_embed=r.need("hidden_size"), n_head=n_head, n_kv_head=r.get("num_key_value_heads") or n_head,
         n_blocks=r.need("num_hidden_layers"), mlp_hidden=r.need("intermediate_size"),
-        norm_eps=r.get("rms_norm_eps", 1e-6), rope_theta=_rope_theta(r),
+        norm_eps=r.get("rms_norm_eps", 1e-6), **_rope_fields(r),
         tie_embeddings=bool(r.get("tie_word_embeddings", False)),
         init_std=r.get("initializer_range", 0.02), qk_norm=model_type in ("qwen3", "qwen3_moe"),
     )
+    if fields.get("rope_scaling") == "dynamic":  # transformers' dynamic rule starts at max_position_embeddings
+        fields["rope_original_context"] = fields["context_length"]
+        fields["context_length"] = int(fields["context_length"] * fields.get("rope_factor", 1.0))
     head_dim = r.get("head_dim")
     if head_dim is not None and model_type != "deepseek_v3":
         fields["head_dim"] = head_dim

@@ -23,6 +23,7 @@ from tinylm.models.modern.kv_cache import KVCache
 from tinylm.models.modern.mask import attention_mask
 from tinylm.models.modern.norm import RMSNorm
 from tinylm.models.modern.rope import RotaryEmbedding
+from tinylm.models.modern.rope_scaling import RopeScaling
 
 
 class ModernGPT(nn.Module):
@@ -39,7 +40,7 @@ class ModernGPT(nn.Module):
         if config.tie_embeddings:
             self.lm_head.weight = self.token_embed.weight  # the same Parameter object
         rope_dim = config.qk_rope_head_dim if config.attention == "mla" else config.dim_per_head
-        self.rope = RotaryEmbedding(rope_dim, config.context_length, config.rope_theta)
+        self.rope = RotaryEmbedding(rope_dim, config.context_length, config.rope_theta, RopeScaling.of(config))
         init_gpt2(self, config.n_blocks, config.init_std, config.zero_init_head)
 
     # ---- generation interface ------------------------------------------------------------------

@@ -36,6 +36,10 @@ class PretrainConfig(EngineConfig):
         "override a model field, e.g. --set n_kv_head=1 (repeatable; in a config file: set = [\"n_kv_head=1\"] or "
         "a [set] table)", flag="--set", metavar="FIELD=VALUE", items=True, parse_item=parse_override,
         group=MODEL_AND_DATA)(default_factory=dict)
+    extend: str | None = Option(
+        "continue a trained checkpoint (or run folder) at a longer context: its weights, a fresh optimizer; --set "
+        "context_length=N and a RoPE scaling rule are the only model changes (stages/pretrain/extend.py)",
+        metavar="CHECKPOINT", group=MODEL_AND_DATA)(None)
     data: str | None = Option("prepared data folder (default: the pystdlib corpus, prepared on first use)",
                               metavar="DIR", group=MODEL_AND_DATA)(None)
     batch_ramp_steps: int = Option("a batch-size ramp, a quarter of --batch-size for the first half of "

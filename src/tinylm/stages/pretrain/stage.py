@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinylm.checkpoint import TOKENIZER, checkpoint_model_config, load_weights
+from tinylm.checkpoint import TOKENIZER, checkpoint_model_config, load_weights, resolve_checkpoint
 from tinylm.config import ModelConfig
 from tinylm.data.loader import BatchLoader, iter_sequential
 from tinylm.data.shards import read_sidecar
@@ -24,6 +24,7 @@ from tinylm.runtime.device import autocast
 from tinylm.runtime.rng import seed_everything
 from tinylm.stages.pretrain.config import PretrainConfig
 from tinylm.stages.pretrain.data import resolve_data_dir
+from tinylm.stages.pretrain.extend import extended_config, long_documents
 from tinylm.stages.pretrain.sample import closing_prompt, sample_text
 from tinylm.stages.pretrain.warmups import pretraining_plan
 from tinylm.tokenizer import load_tokenizer
@@ -44,7 +45,15 @@ class PretrainStage(Stage[PretrainConfig]):
     def configure(self, start: StageStart[PretrainConfig]) -> ModelConfig:
         """The model (the preset, an exact config, or a weights-only checkpoint's), before any data is read."""
         cfg = start.cfg
-        mcfg = self.requested_model or cfg.model_config()
+        self.extend_from = None
+        if cfg.extend is not None:  # a longer context for a trained model: its config with the new window
+            self.extend_from = resolve_checkpoint(cfg.extend)
+            mcfg, notes = extended_config(checkpoint_model_config(self.extend_from), cfg.overrides)
+            for note in notes:
+                start.say(f"note: {note}")
+            self.say_extension(start, mcfg)
+        else:
+            mcfg = self.requested_model or cfg.model_config()
         if start.start_from is not None:  # weights only (e.g. `tinylm import`): its model, a fresh optimizer
             mcfg = checkpoint_model_config(start.start_from)
             start.say(f"{start.start_from} holds weights only: training them from step 0 with a fresh optimizer "
@@ -80,15 +89,29 @@ class PretrainStage(Stage[PretrainConfig]):
         self.dev_tokens, self.dev_bytes = int(sidecar["tokens"]), int(sidecar["bytes"])
         self.corpus = sidecar.get("corpus")  # the closing sample's default prompt depends on it
         # read once: keep_last may prune the checkpoint this run resumed from
-        self.lineage = lineage(self.name, ctx.resume, ctx.start_from, str(self.data_dir), ctx.run_dir)
+        self.lineage = lineage(self.name, ctx.resume, ctx.start_from or self.extend_from, str(self.data_dir),
+                               ctx.run_dir)
+        if self.extend_from is not None:
+            original = self.mcfg.rope_base_context
+            documents, longer = long_documents(self.data_dir, "train", (original, self.seq_len))
+            ctx.say(f"extend: {longer[original]:,} of {documents:,} train documents are longer than the {original} "
+                    f"tokens the model was trained at, {longer[self.seq_len]:,} longer than a {self.seq_len}-token "
+                    "row (a row crosses document boundaries where they are shorter)")
 
     def model_config(self) -> ModelConfig:
         return self.mcfg
 
+    @staticmethod
+    def say_extension(start: StageStart[PretrainConfig], mcfg: ModelConfig) -> None:
+        rule = mcfg.rope_scaling if mcfg.rope_scaling != "none" else "plain RoPE"
+        factor = f" x{mcfg.rope_factor:g}" if mcfg.rope_scaling != "none" else ""
+        start.say(f"extend: {start.cfg.extend} from {mcfg.rope_base_context} to {mcfg.context_length} tokens, "
+                  f"{rule}{factor}, weights only (a fresh optimizer from step 0)")
+
     def build_model(self) -> nn.Module:
         seed_everything(self.ctx.cfg.seed)  # identical initial weights on every rank
         model = build_model(self.mcfg)
-        source = self.ctx.resume or self.ctx.start_from
+        source = self.ctx.resume or self.ctx.start_from or self.extend_from
         if source is not None:
             load_weights(model, source)
         return model
