@@ -3,6 +3,8 @@ weights exactly where the base left them, and every way to ask for it wrongly is
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -101,3 +103,78 @@ def test_documents_are_counted_by_length() -> None:
     eot = 0
     tokens = np.array([5] * 10 + [eot] + [6] * 40 + [eot] + [7] * 3 + [eot], dtype=np.uint16)
     assert document_counts(tokens, eot, (8, 32, 64)) == (3, {8: 2, 32: 1, 64: 0})
+
+
+# ---- the evaluations that need the length ----------------------------------------------------------------
+def test_a_passkey_prompt_is_the_length_asked_with_the_key_at_its_depth(base_run: Path) -> None:
+    from tinylm.evaluate.long_context import QUESTION, passkey_prompt
+    from tinylm.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(Path(config(None).data) / "tokenizer.json")
+    needle = tokenizer.encode("The pass key is 48213. Remember it. 48213 is the pass key. ")
+    room = 400 - len(needle) - len(tokenizer.encode(QUESTION))
+    for depth in (0.0, 0.5, 1.0):
+        ids = passkey_prompt(tokenizer, 400, depth, 48213)
+        text = tokenizer.decode(ids)
+        assert len(ids) == 400 and text.endswith(QUESTION) and text.count("48213") == 2
+        before = round(depth * room)  # filler tokens ahead of the key
+        assert ids[before:before + len(needle)] == needle
+    with pytest.raises(TinyLMError, match="passkey:20 is too short"):
+        passkey_prompt(tokenizer, 20, 0.5, 48213)
+
+
+def test_passkey_scores_each_depth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that finds the key only in the second half of the text scores 1 at depths 0.5-1, 0 before."""
+    from tinylm.evaluate import long_context
+    from tinylm.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(Path(config(None).data) / "tokenizer.json")
+
+    def reader(model, tok, ids, new_tokens):
+        text = tok.decode(ids[0].tolist())
+        key = text.split("The pass key is ")[1][:5]
+        return f" {key}." if text.index(key) >= len(text) * 0.3 else " 00000"
+
+    monkeypatch.setattr(long_context, "greedy_text", reader)
+    model = torch.nn.Linear(1, 1)
+    model.config = ModelConfig(vocab_size=300, context_length=512, n_embed=32, n_head=2)
+    scores = long_context.passkey_accuracy(model, tokenizer, 300, trials=4)
+    assert scores == {"passkey@0": 0.0, "passkey@0.25": 0.0, "passkey@0.5": 1.0, "passkey@0.75": 1.0,
+                      "passkey@1": 1.0, "passkey": 0.6}
+
+
+def test_bits_per_byte_by_position_adds_up_to_the_whole(base_run: Path) -> None:
+    """Byte-weighted, the buckets give back the bits per byte of all positions, computed here independently."""
+    from tinylm.checkpoint import load_model
+    from tinylm.evaluate.long_context import bpb_by_position, position_buckets
+
+    assert position_buckets(1024, 256) == [(0, 128), (128, 256), (256, 512), (512, 1024)]
+    assert position_buckets(64, 64) == [(0, 8), (8, 16), (16, 32), (32, 64)]
+    model, tokenizer, _ = load_model(base_run)
+    data = Path(config(None).data)
+    buckets = bpb_by_position(model, tokenizer, data, 64, batch_size=4, max_batches=2)
+    assert list(buckets) == ["bpb@0-8", "bpb@8-16", "bpb@16-32", "bpb@32-64"]
+    tokens = np.fromfile(data / "dev.bin", dtype=np.uint16)[:8 * 64 + 1].astype(np.int64)
+    x = torch.tensor(tokens[:-1]).view(8, 64)
+    y = torch.tensor(tokens[1:]).view(8, 64)
+    with torch.no_grad():
+        nats = torch.nn.functional.cross_entropy(model(x)[0].transpose(1, 2), y, reduction="none")
+    sizes = np.array([len(tokenizer.token_bytes(i)) for i in range(tokenizer.n_vocab)])[y.numpy()]
+    for (start, end), value in zip(position_buckets(64, 32), buckets.values()):
+        expected = nats[:, start:end].sum().item() / math.log(2) / sizes[:, start:end].sum()
+        assert value == pytest.approx(expected, rel=1e-6)
+
+
+def test_eval_reads_passkey_and_position_buckets_past_the_window(base_run: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "long"
+    pretrain(config(out, extend=str(base_run), seq_len=64, max_steps=1,
+                    overrides={"context_length": 64, "rope_scaling": "yarn"}))
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(out), "--tasks", "passkey:400,bpb_positions:128", "--examples", "5",
+                 "--batch-size", "2", "--bpb-batches", "1", "--json", "--no-record"]) == 0
+    text = json.dumps(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    for key in ("passkey@0.5", "\"passkey\"", "bpb@32-64", "bpb@64-128"):
+        assert key in text, key
+    assert main(["eval", "--checkpoint", str(base_run), "--tasks", "passkey:12x"]) != 0
+    assert "the length after ':' must be a whole number" in capsys.readouterr().err

@@ -2,6 +2,8 @@
 
     bpb                      bits per byte on the dev split of the corpus the model was pretrained on
     bpb:DIR                  ... of a prepared data folder
+    passkey[:LEN]            passkey retrieval at LEN tokens (default: the model's context), by depth
+    bpb_positions[:LEN]      bits per byte by position bucket on dev windows of LEN tokens (pretraining data)
     builtin:NAME[?k=v&...]   a task's held-out split, greedy exact-match (and pass@k on request), named
                              as in training (builtin:arith, builtin:docstring, builtin:code, ...)
     code                     builtin:code: write small functions; replies run against tests in the sandbox
@@ -34,6 +36,7 @@ from torch import nn
 from tinylm.errors import TinyLMError
 from tinylm.evaluate.bpb import corpus_bpb, pretraining_data
 from tinylm.evaluate.exact_match import exact_match, pass_at_k
+from tinylm.evaluate.long_context import bpb_by_position, passkey_accuracy
 from tinylm.evaluate.multiple_choice import load_questions, score_questions
 from tinylm.evaluate.preference_accuracy import preference_accuracy
 from tinylm.evaluate.preference_file import load_preference_file
@@ -45,7 +48,8 @@ from tinylm.tokenizer.chat_format import ChatFormat
 from tinylm.tokenizer.tokenizer import Tokenizer
 
 CHOICE_LAYOUTS = ("hellaswag", "arc", "mmlu")
-KNOWN = ("bpb, bpb:DIR, builtin:NAME, code, gsm8k:FILE, hellaswag:FILE, arc:FILE, mmlu:FILE, prefs:builtin:NAME, "
+KNOWN = ("bpb, bpb:DIR, passkey[:LEN], bpb_positions[:LEN], "
+         "builtin:NAME, code, gsm8k:FILE, hellaswag:FILE, arc:FILE, mmlu:FILE, prefs:builtin:NAME, "
          "prefs:FILE")
 
 
@@ -118,6 +122,36 @@ class BitsPerByte(EvalTask):
 
 
 @dataclass
+class Passkey(EvalTask):
+    spec: str
+    length: int | None  # None: the model's context
+
+    def run(self, subject: Subject, options: EvalOptions) -> TaskResult:
+        length = self.length or subject.model.config.context_length
+        trials = max(1, options.examples // 5)  # five depths
+        return TaskResult(self.spec, passkey_accuracy(subject.model, subject.tokenizer, length, trials, options.seed))
+
+
+@dataclass
+class BitsPerBytePositions(EvalTask):
+    spec: str
+    length: int | None
+
+    def run(self, subject: Subject, options: EvalOptions) -> TaskResult:
+        length = self.length or subject.model.config.context_length
+        return TaskResult(self.spec, bpb_by_position(subject.model, subject.tokenizer, pretraining_data(subject.meta),
+                                                     length, options.batch_size, options.bpb_batches))
+
+
+def _length(spec: str, rest: str) -> int | None:
+    if not rest:
+        return None
+    if not rest.isdigit() or int(rest) < 1:
+        raise TinyLMError(f"{spec!r}: the length after ':' must be a whole number of tokens >= 1")
+    return int(rest)
+
+
+@dataclass
 class Generative(EvalTask):
     spec: str
     task: Task
@@ -168,6 +202,10 @@ def parse_task(spec: str) -> EvalTask:
     kind, _, rest = spec.partition(":")
     if spec == "bpb" or kind == "bpb":
         return BitsPerByte(spec, Path(rest) if rest else None)
+    if kind == "passkey":
+        return Passkey(spec, _length(spec, rest))
+    if kind == "bpb_positions":
+        return BitsPerBytePositions(spec, _length(spec, rest))
     if kind in CHOICE_LAYOUTS and rest:
         return MultipleChoice(spec, kind, load_questions(kind, rest))
     if kind == "prefs" and rest and is_task_spec(rest):

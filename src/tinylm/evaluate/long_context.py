@@ -1,0 +1,119 @@
+"""Evaluations that need the length: passkey retrieval, and bits per byte by position.
+
+Passkey retrieval (Mohtashami & Jaggi 2023): a five-digit number is hidden at a chosen depth of filler
+text `length` tokens long, and asked for at the end; the model's greedy continuation must start with it.
+Filler carries no information, so only attention that reaches back `depth * length` tokens can answer.
+
+Bits per byte by position: the dev split read in windows of `length` tokens, each target token's loss
+summed into the bucket of its position (and its bytes with it), so a learner sees the loss climb past
+the window a model was trained at, and come back down after its context is extended.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from tinylm.data.loader import iter_sequential
+from tinylm.errors import TinyLMError
+from tinylm.tokenizer.tokenizer import Tokenizer
+
+DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+QUESTION = "What is the pass key? The pass key is"
+
+
+def passkey_prompt(tokenizer: Tokenizer, length: int, depth: float, key: int) -> list[int]:
+    """Token ids of about `length` tokens: filler, the key at `depth` of the filler, filler, the question."""
+    needle = tokenizer.encode(f"The pass key is {key}. Remember it. {key} is the pass key. ")
+    question, unit = tokenizer.encode(QUESTION), tokenizer.encode(FILLER)
+    room = length - len(needle) - len(question)
+    if room < len(unit):
+        raise TinyLMError(f"passkey:{length} is too short to hide a key in filler (at least "
+                          f"{len(needle) + len(question) + len(unit)} tokens)")
+    filler = (unit * (room // len(unit) + 1))[:room]
+    before = round(depth * room)
+    return filler[:before] + needle + filler[before:] + question
+
+
+def check_length(model: nn.Module, length: int, what: str) -> None:
+    config = model.config
+    if config.arch == "classic" and length > config.context_length:
+        raise TinyLMError(f"{what}:{length}: the classic model has {config.context_length} learned positions and "
+                          "cannot read past them")
+
+
+@torch.no_grad()
+def passkey_accuracy(model: nn.Module, tokenizer: Tokenizer, length: int, trials: int, seed: int = 0,
+                     depths: tuple[float, ...] = DEPTHS) -> dict[str, float]:
+    """{"passkey": accuracy over every depth, "passkey@D": accuracy at depth D} from `trials` keys per depth."""
+    check_length(model, length, "passkey")
+    device = next(model.parameters()).device
+    rng = random.Random(seed)
+    scores: dict[str, float] = {}
+    for depth in depths:
+        right = 0
+        for _ in range(trials):
+            key = rng.randrange(10_000, 100_000)
+            ids = torch.tensor([passkey_prompt(tokenizer, length, depth, key)], device=device)
+            right += greedy_text(model, tokenizer, ids, 6).strip().startswith(str(key))
+        scores[f"passkey@{depth:g}"] = right / trials
+    scores["passkey"] = sum(scores.values()) / len(depths)
+    return scores
+
+
+def greedy_text(model: nn.Module, tokenizer: Tokenizer, ids: torch.Tensor, new_tokens: int) -> str:
+    """The greedy continuation of one prompt, through the model's KV cache when it has one."""
+    produced: list[int] = []
+    if hasattr(model, "new_cache"):
+        cache = model.new_cache(1, ids.shape[1] + new_tokens)
+        logits = model.logits(model.forward_hidden(ids, cache=cache))[:, -1]
+        for _ in range(new_tokens):
+            token = int(logits.argmax(-1))
+            produced.append(token)
+            step = torch.tensor([[token]], device=ids.device)
+            logits = model.logits(model.forward_hidden(step, cache=cache))[:, -1]
+    else:
+        for _ in range(new_tokens):
+            token = int(model(ids)[0][:, -1].argmax(-1))
+            produced.append(token)
+            ids = torch.cat((ids, torch.tensor([[token]], device=ids.device)), dim=1)
+    return tokenizer.decode(produced)
+
+
+def position_buckets(length: int, trained: int) -> list[tuple[int, int]]:
+    """[start, end) position ranges: halving towards the start, and a cut at the trained context."""
+    edges = {0, length, *(length >> k for k in range(1, 4))}
+    if 0 < trained < length:
+        edges.add(trained)
+    ordered = sorted(e for e in edges if 0 <= e <= length)
+    return list(zip(ordered, ordered[1:]))
+
+
+@torch.no_grad()
+def bpb_by_position(model: nn.Module, tokenizer: Tokenizer, data_dir: Path, length: int, batch_size: int,
+                    max_batches: int) -> dict[str, float]:
+    """{"bpb@A-B": bits per byte of the targets at positions [A, B)} over dev windows of `length` tokens."""
+    check_length(model, length, "bpb_positions")
+    device = next(model.parameters()).device
+    token_bytes = np.array([len(tokenizer.token_bytes(i)) for i in range(tokenizer.n_vocab)], dtype=np.int64)
+    nats, count = np.zeros(length), np.zeros(length, dtype=np.int64)
+    model.eval()
+    for batch in iter_sequential(data_dir / "dev.bin", batch_size, length, max_batches=max_batches):
+        x, y = batch[0].to(device), batch[1].to(device)
+        logits = model(x)[0].float()
+        losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), y, reduction="none")
+        nats += losses.sum(0).cpu().double().numpy()
+        count += token_bytes[y.cpu().numpy()].sum(0)
+    trained = model.config.rope_base_context if model.config.arch == "modern" else model.config.context_length
+    out = {}
+    for start, end in position_buckets(length, trained):
+        n_bytes = int(count[start:end].sum())
+        if n_bytes:
+            out[f"bpb@{start}-{end}"] = float(nats[start:end].sum() / math.log(2) / n_bytes)
+    return out
