@@ -28,6 +28,7 @@ RULE_FIELDS = {
     "dynamic": {},
     "yarn": {"yarn_beta_fast": 24.0, "yarn_beta_slow": 1.5},
     "yarn_given_temperature": {"yarn_attention_factor": 1.25},
+    "yarn_wide_ramp": {"yarn_beta_fast": 1.0, "yarn_beta_slow": 0.05, "rope_theta": 100.0},  # ramp over pairs 0-3
     "llama3": {"llama3_low_freq_factor": 1.0, "llama3_high_freq_factor": 4.0},
     "llama3_narrow": {"llama3_low_freq_factor": 2.0, "llama3_high_freq_factor": 3.0},
 }
@@ -198,8 +199,17 @@ def test_the_cli_takes_the_rule_with_set() -> None:
     assert parse_override("yarn_attention_factor=none") == ("yarn_attention_factor", None)
 
 
-def test_gguf_refuses_a_scaled_model_in_one_line() -> None:
+@pytest.mark.parametrize(("name", "changes", "message"), [
+    ("dynamic", {}, "rope_scaling='dynamic'.*no dynamic NTK"),
+    ("llama3", {}, "rope_scaling='llama3'.*rope_freqs tensor"),
+    ("yarn", {}, "yarn_beta_fast=24, yarn_beta_slow=1.5.*32 and 1"),
+    ("yarn_given_temperature", {}, "yarn_attention_factor=1.25"),
+])
+def test_gguf_refuses_what_llama_cpp_would_compute_otherwise_in_one_line(name: str, changes: dict,
+                                                                         message: str) -> None:
     from tinylm.errors import TinyLMError
 
-    with pytest.raises(TinyLMError, match="rope_scaling='yarn'.*rope.scaling keys"):
-        gguf_architecture(extended("yarn"))
+    with pytest.raises(TinyLMError, match=message):
+        gguf_architecture(extended(name, **changes))
+    assert gguf_architecture(extended("linear")) == "llama"  # linear and default-beta YaRN are written
+    assert gguf_architecture(extended("yarn", yarn_beta_fast=32.0, yarn_beta_slow=1.0)) == "llama"

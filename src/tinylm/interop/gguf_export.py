@@ -92,7 +92,7 @@ def _write_gguf(path: Path, architecture: str, config, vocab: GGUFVocab, tensors
     if quant in ("q8_0", "q4_0"):
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     for key, value in hyperparameters(config, architecture).items():
-        add = writer.add_float32 if isinstance(value, float) else writer.add_uint32
+        add = {float: writer.add_float32, str: writer.add_string}.get(type(value), writer.add_uint32)
         add(f"{architecture}.{key}", value)
 
     writer.add_tokenizer_model("gpt2")

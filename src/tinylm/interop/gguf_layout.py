@@ -34,9 +34,19 @@ def gguf_architecture(config: ModelConfig) -> str:
             raise _refuse(f"mlp_activation={config.mlp_activation!r}", "llama.cpp's gpt2 graph applies GELU; "
                           "train the classic model with mlp_activation=gelu to export it")
         return "gpt2"
-    if config.rope_scaling != "none":
-        raise _refuse(f"rope_scaling={config.rope_scaling!r}", "tinylm does not write llama.cpp's rope.scaling keys "
-                      "yet (export it to transformers, which reads the rule)")
+    if config.rope_scaling == "dynamic":
+        raise _refuse("rope_scaling='dynamic'", "llama.cpp's RoPE frequencies are fixed per file; it has no dynamic "
+                      "NTK (export to transformers, which has)")
+    if config.rope_scaling == "llama3":
+        raise _refuse("rope_scaling='llama3'", "llama.cpp reads Llama 3.1's rule as a rope_freqs tensor, which tinylm "
+                      "does not write yet (export to transformers, which reads the rule)")
+    if (config.yarn_beta_fast, config.yarn_beta_slow) != (32.0, 1.0):
+        raise _refuse(f"yarn_beta_fast={config.yarn_beta_fast:g}, yarn_beta_slow={config.yarn_beta_slow:g}",
+                      "llama.cpp (node-llama-cpp 3.21.1's build, tested) takes YaRN's betas from its command line, "
+                      "32 and 1, not from the file")
+    if config.yarn_attention_factor is not None:
+        raise _refuse(f"yarn_attention_factor={config.yarn_attention_factor:g}", "llama.cpp derives YaRN's "
+                      "temperature from the factor (0.1 ln(factor) + 1)")
     if config.attention == "mla":
         raise _refuse("attention='mla'", "tinylm's latent attention keeps rotate-half RoPE and its own latent norms, "
                       "which llama.cpp's deepseek2 graph does not compute as tinylm does (not verified)")
@@ -71,4 +81,14 @@ def hyperparameters(config: ModelConfig, architecture: str) -> dict[str, Any]:
         "attention.key_length": head_dim, "attention.value_length": head_dim,
         "rope.dimension_count": head_dim,  # every dimension of a head rotates
         "rope.freq_base": float(config.rope_theta),
+        **rope_scaling_keys(config),
     }
+
+
+def rope_scaling_keys(config: ModelConfig) -> dict[str, Any]:
+    """The `rope.scaling.*` keys llama.cpp reads for the rules it has (linear, yarn; the others are refused)."""
+    if config.rope_scaling == "none":
+        return {}
+    keys: dict[str, Any] = {"rope.scaling.type": config.rope_scaling, "rope.scaling.factor": float(config.rope_factor),
+                            "rope.scaling.original_context_length": config.rope_base_context}
+    return keys  # YaRN's betas are llama.cpp's defaults (32, 1): other values are refused above
