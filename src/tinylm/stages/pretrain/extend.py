@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from tinylm.config import ModelConfig
+from tinylm.data.shards import read_sidecar
 from tinylm.errors import TinyLMError
 
 CONTEXT_FIELDS = ("context_length", "rope_scaling", "rope_factor", "rope_original_context", "yarn_beta_fast",
@@ -56,8 +57,6 @@ def extended_config(base: ModelConfig, overrides: dict[str, Any]) -> tuple[Model
 
 def long_documents(data_dir: Path, split: str, lengths: tuple[int, ...]) -> tuple[int, dict[int, int]]:
     """How many documents a prepared split holds, and how many of them are longer than each of `lengths` tokens."""
-    from tinylm.data.shards import read_sidecar
-
     sidecar = read_sidecar(data_dir, split)
     tokens = np.memmap(data_dir / f"{split}.bin", dtype=np.dtype(sidecar["dtype"]), mode="r")
     return document_counts(tokens, int(sidecar["eot_id"]), lengths)
