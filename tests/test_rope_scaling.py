@@ -213,3 +213,32 @@ def test_gguf_refuses_what_llama_cpp_would_compute_otherwise_in_one_line(name: s
         gguf_architecture(extended(name, **changes))
     assert gguf_architecture(extended("linear")) == "llama"  # linear and default-beta YaRN are written
     assert gguf_architecture(extended("yarn", yarn_beta_fast=32.0, yarn_beta_slow=1.0)) == "llama"
+
+
+@pytest.mark.parametrize("name", ["linear", "yarn", "llama3", "dynamic"])
+def test_generation_past_the_original_window_is_the_same_on_every_path(name: str) -> None:
+    """A 10-token prompt and 100 greedy tokens (positions up to 110, trained at 32): the engine's fast decoder
+    (fixed rules), its cached and uncached model paths and speculative decoding with a smaller extended draft all
+    give the tokens of a plain argmax loop over whole-sequence forwards. Dynamic NTK: the uncached path only. Its
+    frequencies change with the length, so a cached key keeps the rotation of the length it was written at (as in
+    transformers' cached generation) and a cached decode reads other numbers than a full recompute."""
+    from tinylm.inference.engine import Engine
+    from tinylm.inference.sampling import SamplingParams
+    from tinylm.inference.speculative import speculative_generate
+
+    model = randomized(extended(name))
+    prompt = torch.randint(1, 97, (10,), generator=torch.Generator().manual_seed(3)).tolist()
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(100):
+            ids.append(int(model(torch.tensor([ids]))[0][0, -1].argmax()))
+    reference = ids[10:]
+    greedy = SamplingParams(temperature=0.0)
+    uncached = Engine(model, use_cache=False, fast=False)
+    engines = [uncached] if name == "dynamic" else [Engine(model), Engine(model, fast=False), uncached]
+    for engine in engines:
+        assert engine.generate([prompt], 100, greedy)[0] == reference
+    if name == "dynamic":
+        return
+    draft = randomized(extended(name, n_blocks=1))
+    assert speculative_generate(model, draft, prompt, 100, k=4, sampling=greedy) == reference
