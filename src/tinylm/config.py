@@ -153,8 +153,7 @@ class ModelConfig:
                  "rescale: a context can be extended on a modern model only")
             need(self.n_embed % self.n_head == 0, "n_head", f"must divide n_embed={self.n_embed}")
             for name in ("n_experts", "qk_norm", "sliding_window", "attn_output_gate", "mlp_type"):
-                default = next(f.default for f in fields(self) if f.name == name)
-                need(getattr(self, name) == default, name, "is a modern-only feature (use arch=modern)")
+                need(getattr(self, name) == _field_default(name), name, "is a modern-only feature (use arch=modern)")
             need(self.attention == "standard", "attention", "MLA is a modern-only feature (use arch=modern)")
             return
         need(1 <= self.kv_heads <= self.n_head, "n_kv_head", f"must be in [1, n_head={self.n_head}]")
@@ -200,13 +199,12 @@ class ModelConfig:
             need(self.rope_factor == 1, "rope_factor", "needs a rope_scaling rule (linear, dynamic, yarn or llama3)")
             need(self.rope_original_context is None, "rope_original_context",
                  "needs a rope_scaling rule (linear, dynamic, yarn or llama3)")
-        for name in ("yarn_beta_fast", "yarn_beta_slow", "yarn_attention_factor"):
-            default = next(f.default for f in fields(self) if f.name == name)
-            need(rule == "yarn" or getattr(self, name) == default, name, "is a YaRN field: set rope_scaling=yarn")
-        for name in ("llama3_low_freq_factor", "llama3_high_freq_factor"):
-            default = next(f.default for f in fields(self) if f.name == name)
-            need(rule == "llama3" or getattr(self, name) == default, name,
-                 "is a Llama 3.1 field: set rope_scaling=llama3")
+        rule_fields = {"yarn": ("YaRN", ("yarn_beta_fast", "yarn_beta_slow", "yarn_attention_factor")),
+                       "llama3": ("Llama 3.1", ("llama3_low_freq_factor", "llama3_high_freq_factor"))}
+        for owner, (title, names) in rule_fields.items():
+            for name in names:
+                need(rule == owner or getattr(self, name) == _field_default(name), name,
+                     f"is a {title} field: set rope_scaling={owner}")
         need(0 < self.yarn_beta_slow < self.yarn_beta_fast, "yarn_beta_fast",
              f"must be above yarn_beta_slow={self.yarn_beta_slow}, which must be > 0")
         need(self.yarn_attention_factor is None or self.yarn_attention_factor > 0, "yarn_attention_factor",
@@ -239,6 +237,10 @@ class ModelConfig:
         """Fields whose values differ, for error messages such as a mismatched checkpoint."""
         a, b = self.to_dict(), other.to_dict()
         return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+
+
+def _field_default(name: str) -> Any:
+    return next(f.default for f in fields(ModelConfig) if f.name == name)
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -42,13 +42,23 @@ def pretraining_data(meta: dict[str, Any]) -> Path:
                       "give the prepared folder as bpb:DIR")
 
 
-def check_same_ids(data_tokenizer: Tokenizer, tokenizer: Tokenizer, data_dir: Path) -> None:
+def check_same_ids(data_tokenizer: Tokenizer, tokenizer: Tokenizer, data_dir: Path, what: str = "bpb") -> None:
     if data_tokenizer.fingerprint == tokenizer.fingerprint:
         return
     if tokenizer.n_vocab < data_tokenizer.n_vocab or any(
             data_tokenizer.token_bytes(i) != tokenizer.token_bytes(i) for i in range(data_tokenizer.n_vocab)):
-        raise TinyLMError(f"bpb: {data_dir} was tokenized with another tokenizer than the checkpoint's: "
+        raise TinyLMError(f"{what}: {data_dir} was tokenized with another tokenizer than the checkpoint's: "
                           "its dev ids mean other text to this model")
+
+
+def checked_dev_data(data_dir: str | Path, tokenizer: Tokenizer, what: str = "bpb") -> Path:
+    """A prepared data folder whose dev ids mean to `tokenizer` the text they were made from, or one line why not."""
+    data_dir = Path(data_dir)
+    if not (data_dir / "dev.bin").is_file() or not (data_dir / TOKENIZER).is_file():
+        raise TinyLMError(f"{what}: {data_dir} is not a prepared data folder (no dev.bin and {TOKENIZER}); "
+                          "make one with tinylm prepare")
+    check_same_ids(load_tokenizer(data_dir / TOKENIZER), tokenizer, data_dir, what)
+    return data_dir
 
 
 @torch.no_grad()
@@ -56,11 +66,7 @@ def corpus_bpb(model: nn.Module, tokenizer: Tokenizer, data_dir: str | Path, bat
                max_batches: int = 20, seq_len: int | None = None) -> dict[str, float]:
     """{"bpb", "loss"} of `model` on the first `max_batches` dev batches of a prepared data folder."""
 
-    data_dir = Path(data_dir)
-    if not (data_dir / "dev.bin").is_file() or not (data_dir / TOKENIZER).is_file():
-        raise TinyLMError(f"bpb: {data_dir} is not a prepared data folder (no dev.bin and {TOKENIZER}); "
-                          "make one with tinylm prepare")
-    check_same_ids(load_tokenizer(data_dir / TOKENIZER), tokenizer, data_dir)
+    data_dir = checked_dev_data(data_dir, tokenizer)
     device = next(model.parameters()).device
     seq_len = seq_len or model.config.context_length
     batches = list(iter_sequential(data_dir / "dev.bin", batch_size, seq_len, max_batches=max_batches))

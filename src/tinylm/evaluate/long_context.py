@@ -21,6 +21,7 @@ from torch import nn
 
 from tinylm.data.loader import iter_sequential
 from tinylm.errors import TinyLMError
+from tinylm.evaluate.bpb import checked_dev_data
 from tinylm.tokenizer.tokenizer import Tokenizer
 
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -68,7 +69,10 @@ def passkey_accuracy(model: nn.Module, tokenizer: Tokenizer, length: int, trials
 
 
 def greedy_text(model: nn.Module, tokenizer: Tokenizer, ids: torch.Tensor, new_tokens: int) -> str:
-    """The greedy continuation of one prompt, through the model's KV cache when it has one."""
+    """The greedy continuation of one prompt, through the model's KV cache when it has one.
+
+    Not the `Engine`: it keeps a prompt inside the model's window, and passkey must read past it.
+    """
     produced: list[int] = []
     if hasattr(model, "new_cache"):
         cache = model.new_cache(1, ids.shape[1] + new_tokens)
@@ -100,6 +104,7 @@ def bpb_by_position(model: nn.Module, tokenizer: Tokenizer, data_dir: Path, leng
                     max_batches: int) -> dict[str, float]:
     """{"bpb@A-B": bits per byte of the targets at positions [A, B)} over dev windows of `length` tokens."""
     check_length(model, length, "bpb_positions")
+    data_dir = checked_dev_data(data_dir, tokenizer, "bpb_positions")
     device = next(model.parameters()).device
     token_bytes = np.array([len(tokenizer.token_bytes(i)) for i in range(tokenizer.n_vocab)], dtype=np.int64)
     nats, count = np.zeros(length), np.zeros(length, dtype=np.int64)
@@ -110,9 +115,8 @@ def bpb_by_position(model: nn.Module, tokenizer: Tokenizer, data_dir: Path, leng
         losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), y, reduction="none")
         nats += losses.sum(0).cpu().double().numpy()
         count += token_bytes[y.cpu().numpy()].sum(0)
-    trained = model.config.rope_base_context if model.config.arch == "modern" else model.config.context_length
     out = {}
-    for start, end in position_buckets(length, trained):
+    for start, end in position_buckets(length, model.config.rope_base_context):
         n_bytes = int(count[start:end].sum())
         if n_bytes:
             out[f"bpb@{start}-{end}"] = float(nats[start:end].sum() / math.log(2) / n_bytes)

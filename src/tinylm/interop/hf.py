@@ -91,6 +91,18 @@ def hf_architecture(config: ModelConfig) -> str:
 
 
 # ---- configs -----------------------------------------------------------------------------------
+# a transformers rope parameter -> the tinylm field it holds, per rule: the export writes and the import reads
+# (hf_config_reader.py) this one table
+ROPE_KEYS: dict[str, dict[str, str]] = {
+    "linear": {"factor": "rope_factor"},
+    "dynamic": {"factor": "rope_factor"},
+    "yarn": {"factor": "rope_factor", "original_max_position_embeddings": "rope_original_context",
+             "beta_fast": "yarn_beta_fast", "beta_slow": "yarn_beta_slow", "attention_factor": "yarn_attention_factor"},
+    "llama3": {"factor": "rope_factor", "original_max_position_embeddings": "rope_original_context",
+               "low_freq_factor": "llama3_low_freq_factor", "high_freq_factor": "llama3_high_freq_factor"},
+}
+
+
 def _rope(config: ModelConfig) -> dict[str, Any]:
     """RoPE and its scaling rule as transformers reads them (`modeling_rope_utils`'s field names).
 
@@ -101,17 +113,12 @@ def _rope(config: ModelConfig) -> dict[str, Any]:
     theta = float(config.rope_theta)
     rule = config.rope_scaling
     parameters: dict[str, Any] = {"rope_type": "default" if rule == "none" else rule, "rope_theta": theta}
-    if rule != "none":
-        parameters["factor"] = float(config.rope_factor)
-    if rule in ("yarn", "llama3"):
-        parameters["original_max_position_embeddings"] = config.rope_base_context
+    for key, name in ROPE_KEYS.get(rule, {}).items():
+        value = config.rope_base_context if name == "rope_original_context" else getattr(config, name)
+        if value is not None:  # an unset YaRN temperature: transformers derives it from the factor, as tinylm does
+            parameters[key] = float(value) if key == "factor" else value
     if rule == "yarn":
-        parameters.update(beta_fast=config.yarn_beta_fast, beta_slow=config.yarn_beta_slow, truncate=True)
-        if config.yarn_attention_factor is not None:
-            parameters["attention_factor"] = config.yarn_attention_factor
-    if rule == "llama3":
-        parameters.update(low_freq_factor=config.llama3_low_freq_factor,
-                          high_freq_factor=config.llama3_high_freq_factor)
+        parameters["truncate"] = True  # the ramp's ends rounded to whole dimensions, as tinylm's YaRN does
     scaling = {k: v for k, v in parameters.items() if k != "rope_theta"} if rule != "none" else None
     return {"rope_theta": theta, "rope_parameters": parameters, "rope_scaling": scaling}
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from tinylm.config import ModelConfig, swiglu_hidden
 from tinylm.errors import TinyLMError
-from tinylm.interop.hf import ARCHITECTURES, DEEPSEEK_LATENT_NORM_EPS, HF_ACTIVATION
+from tinylm.interop.hf import ARCHITECTURES, DEEPSEEK_LATENT_NORM_EPS, HF_ACTIVATION, ROPE_KEYS
 
 # keys a config.json may carry that do not change what the model computes
 _INERT_KEYS = frozenset({
@@ -52,16 +52,6 @@ class _Reader:
 
     def leftovers(self) -> list[str]:
         return sorted(set(self.data) - self.used)
-
-
-ROPE_KEYS = {  # a transformers rope parameter -> the tinylm field it sets, per rule
-    "linear": {"factor": "rope_factor"},
-    "dynamic": {"factor": "rope_factor"},
-    "yarn": {"factor": "rope_factor", "original_max_position_embeddings": "rope_original_context",
-             "beta_fast": "yarn_beta_fast", "beta_slow": "yarn_beta_slow", "attention_factor": "yarn_attention_factor"},
-    "llama3": {"factor": "rope_factor", "original_max_position_embeddings": "rope_original_context",
-               "low_freq_factor": "llama3_low_freq_factor", "high_freq_factor": "llama3_high_freq_factor"},
-}
 
 
 def _rope_fields(r: _Reader) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tinylm.config import ModelConfig
 from tinylm.models.modern.rope_scaling.dynamic import dynamic_ntk_theta
 from tinylm.models.modern.rope_scaling.linear import linear_inverse_frequencies
 from tinylm.models.modern.rope_scaling.llama3 import llama3_inverse_frequencies
@@ -40,7 +41,7 @@ class RopeScaling:
     llama3_high_freq_factor: float = 4.0
 
     @classmethod
-    def of(cls, config) -> RopeScaling:  # config: ModelConfig (not imported: config.py imports RULES from here)
+    def of(cls, config: ModelConfig) -> RopeScaling:
         return cls(config.rope_scaling, config.rope_theta, config.rope_factor, config.rope_base_context,
                    config.yarn_beta_fast, config.yarn_beta_slow, config.yarn_attention_factor,
                    config.llama3_low_freq_factor, config.llama3_high_freq_factor)
