@@ -23,12 +23,13 @@ CORPUS = ["def add(a, b):\n    return a + b\n", "class Point:\n    x: int = 0\n"
           "emoji 🙂🚀 and 漢字かな text\n"] * 30
 
 
-def make_checkpoint(root: Path, arch: str = "modern", context_length: int = 64, seed: int = 0) -> Path:
-    """A random micro model with confident predictions (large init) and a BPE that knows the chat tokens."""
+def make_checkpoint(root: Path, arch: str = "modern", context_length: int = 64, seed: int = 0, **fields) -> Path:
+    """A random micro model with confident predictions (large init) and a BPE that knows the chat tokens;
+    `fields` are further model fields (a RoPE scaling rule)."""
     tokenizer_file = train_bpe(CORPUS, vocab_size=320).save(root / "tokenizer.json")
     extra = dict(n_kv_head=2) if arch == "modern" else dict(tie_embeddings=False)
     config = ModelConfig(arch=arch, vocab_size=320, context_length=context_length, n_embed=32, n_head=4,
-                         n_blocks=2, init_std=0.3, **extra)
+                         n_blocks=2, init_std=0.3, **extra, **fields)
     torch.manual_seed(seed)
     run_dir = root / f"micro-{arch}"
     save_checkpoint(run_dir, 1, build_model(config), config, tokenizer_file=tokenizer_file)

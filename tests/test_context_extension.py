@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from tinylm.cli.main import main
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.stages.pretrain import pretrain
-from tinylm.stages.pretrain.extend import document_counts, extended_config
+from tinylm.stages.pretrain.extend import extended_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -39,13 +40,27 @@ def test_a_run_continues_at_four_times_the_context_with_yarn(base_run: Path, tmp
     said = capsys.readouterr().err
     assert "note: rope_factor=4: 128 tokens over the 32 the model was trained at" in said
     assert f"extend: {base_run} from 32 to 128 tokens, yarn x4, weights only" in said
-    assert "train documents are longer than the 32 tokens the model was trained at" in said
+    assert re.search(r"documents: of \d+ train documents, \d+ hold a 32-token row and \d+ a 128-token row; a row "
+                     r"crosses document boundaries where they are shorter \(--long-documents keeps it in one\)", said)
     mcfg = checkpoint_model_config(list_checkpoints(out)[-1])
     assert (mcfg.context_length, mcfg.rope_scaling, mcfg.rope_factor, mcfg.rope_original_context) == (
         128, "yarn", 4.0, 32)
     assert {k: getattr(mcfg, k) for k in MICRO if k != "context_length"} == {
         k: v for k, v in MICRO.items() if k != "context_length"}
     assert summary.steps == 2 and len(losses(out)) == 2
+
+
+def test_long_documents_draws_every_row_from_one_document(base_run: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    pretrain(config(tmp_path / "long", extend=str(base_run), seq_len=64, max_steps=1, long_documents=True,
+                    overrides={"context_length": 64, "rope_scaling": "linear"}))
+    said = capsys.readouterr().err
+    assert re.search(r"\d+ a 64-token row; rows are drawn from those alone \(--long-documents\)", said)
+    with pytest.raises(TinyLMError, match=r"--long-documents: no document of .*train.bin holds a row of 30001 "
+                                          r"tokens \(the longest has \d+\)"):  # though the split holds more
+        pretrain(config(tmp_path / "none", extend=str(base_run), seq_len=30_000, max_steps=1, long_documents=True,
+                        overrides={"context_length": 30_000, "rope_scaling": "linear"}))
 
 
 def test_the_extension_starts_from_the_bases_weights(base_run: Path, tmp_path: Path) -> None:
@@ -99,10 +114,47 @@ def test_without_a_rule_the_run_is_plain_rope_and_says_so() -> None:
     assert (twice.rope_original_context, twice.rope_factor) == (32, 4.0)  # the first training length stays
 
 
-def test_documents_are_counted_by_length() -> None:
+def test_documents_are_counted_by_the_rows_they_hold() -> None:
+    from tinylm.data.document_windows import DocumentWindows
+
     eot = 0
-    tokens = np.array([5] * 10 + [eot] + [6] * 40 + [eot] + [7] * 3 + [eot], dtype=np.uint16)
-    assert document_counts(tokens, eot, (8, 32, 64)) == (3, {8: 2, 32: 1, 64: 0})
+    tokens = np.array([5] * 10 + [eot] + [6] * 40 + [eot] + [7] * 3 + [eot] + [8] * 5, dtype=np.uint16)
+    documents = DocumentWindows(tokens, eot)
+    assert documents.lengths.tolist() == [11, 41, 4, 5]  # each with its end-of-text; the last has none
+    assert documents.starts.tolist() == [0, 11, 52, 56]
+    assert [documents.longer_than(n) for n in (4, 10, 11, 40, 41)] == [3, 2, 1, 1, 0]
+    import tinylm.data.document_windows as document_windows
+
+    document_windows.CHUNK, chunk = 7, document_windows.CHUNK  # found in chunks, the same spans
+    try:
+        assert DocumentWindows(tokens, eot).lengths.tolist() == [11, 41, 4, 5]
+    finally:
+        document_windows.CHUNK = chunk
+
+
+def test_long_document_rows_are_each_inside_one_document_and_cover_every_start() -> None:
+    from tinylm.data.document_windows import DocumentWindows
+    from tinylm.data.loader import BatchLoader
+
+    eot, rng = 0, np.random.default_rng(0)
+    lengths = [3, 30, 9, 17, 50, 8]
+    tokens = np.concatenate([np.append(rng.integers(1, 99, n - 1), eot) for n in lengths]).astype(np.uint16)
+    documents = DocumentWindows(tokens, eot)
+    starts = documents.sample(np.random.default_rng(1), 20_000, seq_len=8)
+    valid = {int(s) + k for s, n in zip(documents.starts, lengths) for k in range(n - 8)}  # n - 8 starts each
+    assert set(starts.tolist()) == valid  # every window that fits, and no other
+    counts = np.bincount(starts, minlength=len(tokens))[sorted(valid)]
+    assert counts.min() > 0.8 * counts.mean() and counts.max() < 1.2 * counts.mean()  # uniform over windows
+    loader = BatchLoader(tokens, 64, 8, seed=3, long_documents_eot=eot)
+    x, y = loader.next_batch()
+    assert not (x == eot).any() and ((y[:, :-1] == eot).sum() == 0)  # an end-of-text only as the last target
+    assert (BatchLoader(tokens, 64, 8, seed=3, long_documents_eot=eot).next_batch()[0] == x).all()  # seeded
+    with pytest.raises(TinyLMError, match=r"--long-documents: no document of token array holds a row of 51 "
+                                          r"tokens \(the longest has 50\)"):
+        BatchLoader(tokens, 4, 50, long_documents_eot=eot)
+    tiles = documents.tiles(8)
+    assert tiles.tolist() == [3, 11, 19, 33, 42, 50, 59, 67, 75, 83, 91, 99]  # from each start, (n - 1) // 8 of them
+    assert all(not (tokens[t:t + 8] == eot).any() for t in tiles)
 
 
 # ---- the evaluations that need the length ----------------------------------------------------------------
@@ -144,7 +196,8 @@ def test_passkey_scores_each_depth(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_bits_per_byte_by_position_adds_up_to_the_whole(base_run: Path) -> None:
-    """Byte-weighted, the buckets give back the bits per byte of all positions, computed here independently."""
+    """Byte-weighted, the buckets give back the bits per byte of all positions, computed here independently
+    over windows that each lie inside one dev document."""
     from tinylm.checkpoint import load_model
     from tinylm.evaluate.long_context import bpb_by_position, position_buckets
 
@@ -153,14 +206,21 @@ def test_bits_per_byte_by_position_adds_up_to_the_whole(base_run: Path) -> None:
     model, tokenizer, _ = load_model(base_run)
     data = Path(config(None).data)
     buckets = bpb_by_position(model, tokenizer, data, 64, batch_size=4, max_batches=2)
-    assert list(buckets) == ["bpb@0-8", "bpb@8-16", "bpb@16-32", "bpb@32-64"]
-    tokens = np.fromfile(data / "dev.bin", dtype=np.uint16)[:8 * 64 + 1].astype(np.int64)
-    x = torch.tensor(tokens[:-1]).view(8, 64)
-    y = torch.tensor(tokens[1:]).view(8, 64)
+    assert list(buckets) == ["bpb@0-8", "bpb@8-16", "bpb@16-32", "bpb@32-64", "bpb@0-32"]
+    dev = np.fromfile(data / "dev.bin", dtype=np.uint16).astype(np.int64)
+    eot = json.loads((data / "dev.json").read_text())["eot_id"]
+    starts, begin = [], 0  # windows of 64 + 1 tokens from each document's start, none crossing its end
+    for end in [int(e) for e in np.flatnonzero(dev == eot)] + ([len(dev) - 1] if dev[-1] != eot else []):
+        starts += [begin + 64 * k for k in range((end - begin) // 64)]
+        begin = end + 1
+    assert len(starts) >= 8
+    x = torch.tensor(np.stack([dev[s:s + 64] for s in starts[:8]]))
+    y = torch.tensor(np.stack([dev[s + 1:s + 65] for s in starts[:8]]))
+    assert not (x == eot).any()
     with torch.no_grad():
         nats = torch.nn.functional.cross_entropy(model(x)[0].transpose(1, 2), y, reduction="none")
     sizes = np.array([len(tokenizer.token_bytes(i)) for i in range(tokenizer.n_vocab)])[y.numpy()]
-    for (start, end), value in zip(position_buckets(64, 32), buckets.values()):
+    for (start, end), value in zip([*position_buckets(64, 32), (0, 32)], buckets.values(), strict=True):
         expected = nats[:, start:end].sum().item() / math.log(2) / sizes[:, start:end].sum()
         assert value == pytest.approx(expected, rel=1e-6)
 

@@ -212,3 +212,42 @@ def test_files_of_other_kinds_are_listed_as_skipped(tmp_path: Path) -> None:
     assert open_corpus(str(tmp_path / "**" / "*")).skipped == [str(tmp_path / "README"),
                                                                str(tmp_path / "sub" / "t.csv")]
     assert open_corpus(str(tmp_path / "a.txt")).skipped == []
+
+
+def test_passkey_documents_hide_a_key_and_ask_for_it_in_the_evaluations_words() -> None:
+    import re
+
+    from tinylm.evaluate.long_context import FILLER
+    from tinylm.evaluate.long_context import QUESTION as EVAL_QUESTION
+
+    corpus = open_corpus("passkey:40")
+    texts = list(corpus.documents())
+    assert corpus.spec == "passkey:40" and len(texts) == 40 and texts == docs("passkey:40")  # seeded
+    keys = []
+    for text in texts:
+        needle = re.search(r"The pass key is (\d{5})\. Remember it\. (\d{5}) is the pass key\. ", text)
+        assert needle and needle.group(1) == needle.group(2)
+        assert text.endswith(f"{EVAL_QUESTION} {needle.group(1)}.")
+        keys.append(needle.group(1))
+        assert not any(sentence.strip() + "." in text for sentence in FILLER.split(".") if sentence.strip())
+    assert len(set(keys)) > 35  # fresh keys
+    gaps = [len(t.split("Remember it.")[1]) for t in texts]
+    assert min(gaps) < 400 < 2000 < max(gaps)  # the key near the question and far from it
+    assert docs("passkey")[:40] != texts and len(docs("passkey")) == 6000
+
+
+def test_corpora_joined_by_plus_are_one_corpus_in_turn(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("first")
+    (tmp_path / "b.txt").write_text("second")
+    mixed = open_corpus(f"{tmp_path / 'a.txt'}+passkey:2+{tmp_path / 'b.txt'}")
+    texts = list(mixed.documents())
+    assert texts[0] == "first" and texts[-1] == "second" and texts[1:3] == docs("passkey:2")
+    assert mixed.spec == f"{tmp_path / 'a.txt'}+passkey:2+{tmp_path / 'b.txt'}"
+    assert mixed.fingerprint != open_corpus(f"{tmp_path / 'a.txt'}+passkey:3+{tmp_path / 'b.txt'}").fingerprint
+    plus = tmp_path / "c++.txt"  # a file whose name holds a '+' is that file
+    plus.write_text("plus")
+    assert docs(str(plus)) == ["plus"]
+    for spec, message in (("passkey:0", "passkey:N takes a positive number"), ("passkey:x", "positive number"),
+                          (f"pystdlib+{tmp_path / 'missing.txt'}", "missing.txt")):
+        with pytest.raises(TinyLMError, match=message):
+            open_corpus(spec)

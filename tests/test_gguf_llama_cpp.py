@@ -48,6 +48,10 @@ BASE_MODELS = {
     # theta 2 puts YaRN's ramp (betas 32 and 1, over 8 tokens) on pairs 0-3: kept, mixed and interpolated pairs
     "llama_yarn_x8": modern_config("gqa", vocab_size=VOCAB, context_length=CONTEXT, head_dim=16, rope_theta=2.0,
                                    rope_scaling="yarn", rope_factor=8.0, rope_original_context=8),
+    # Llama 3.1's bands as a rope_freqs tensor; theta 2 and bands at 8/1.2 and 8/1 tokens: pair 0 kept, 1-2 mixed
+    "llama_llama3_x8": modern_config("gqa", vocab_size=VOCAB, context_length=CONTEXT, head_dim=16, rope_theta=2.0,
+                                     rope_scaling="llama3", rope_factor=8.0, rope_original_context=8,
+                                     llama3_low_freq_factor=1.0, llama3_high_freq_factor=1.2),
 }
 
 
@@ -58,8 +62,8 @@ def tokenizer_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 TOKENIZER_PROBES = ["  two spaces\tand a tab  ", "trailing spaces   ", "UPPER CASE I'M WE'LL", "crlf\r\nline\r\n",
                     "brackets ([{<>}]) and $#@!", PROMPT]
-# seed 0's random gpt2 (and yarn) write end-of-text within a few tokens: both stop there, too short to compare
-SEEDS = {"gpt2_gelu": 1, "llama_yarn_x8": 2}
+# seed 0's random gpt2 (and yarn, llama3) write an end token within a few tokens: both stop there, too short to compare
+SEEDS = {"gpt2_gelu": 1, "llama_yarn_x8": 2, "llama_llama3_x8": 4}
 
 
 @pytest.mark.parametrize("name", list(BASE_MODELS))

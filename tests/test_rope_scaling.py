@@ -201,7 +201,7 @@ def test_the_cli_takes_the_rule_with_set() -> None:
 
 @pytest.mark.parametrize(("name", "changes", "message"), [
     ("dynamic", {}, "rope_scaling='dynamic'.*no dynamic NTK"),
-    ("llama3", {}, "rope_scaling='llama3'.*rope_freqs tensor"),
+    ("llama3", {"qk_norm": True}, "rope_scaling='llama3' with qk_norm.*qwen3 graph is not verified"),
     ("yarn", {}, "yarn_beta_fast=24, yarn_beta_slow=1.5.*32 and 1"),
     ("yarn_given_temperature", {}, "yarn_attention_factor=1.25"),
 ])
@@ -213,6 +213,24 @@ def test_gguf_refuses_what_llama_cpp_would_compute_otherwise_in_one_line(name: s
         gguf_architecture(extended(name, **changes))
     assert gguf_architecture(extended("linear")) == "llama"  # linear and default-beta YaRN are written
     assert gguf_architecture(extended("yarn", yarn_beta_fast=32.0, yarn_beta_slow=1.0)) == "llama"
+    assert gguf_architecture(extended("llama3")) == "llama"  # written as a rope_freqs tensor
+
+
+def test_llama3_is_written_as_the_frequency_factors_llama_cpp_divides_by() -> None:
+    """rope_freqs: per pair, the plain frequency over the scaled one, from the Llama 3.1 formula in NumPy."""
+    from tinylm.interop.gguf_layout import hyperparameters
+    from tinylm.interop.gguf_tensors import gguf_tensors
+
+    config = extended("llama3_narrow", rope_theta=40.0)
+    model = randomized(config)
+    tensors = gguf_tensors(model.state_dict(), config, "llama")
+    plain = numpy_plain(config.dim_per_head, config.rope_theta)
+    expected, _ = numpy_frequencies(RopeScaling.of(config), config.dim_per_head, config.context_length)
+    factors = tensors["rope_freqs.weight"].numpy()
+    assert factors.dtype == np.float32 and factors.shape == (config.dim_per_head // 2,)
+    np.testing.assert_allclose(factors, plain / expected, rtol=1e-6)
+    assert factors[0] == 1.0 and 1 < factors[1] < 4 and factors[-1] == pytest.approx(4.0)  # kept, mixed, slow
+    assert not any(key.startswith("rope.scaling") for key in hyperparameters(config, "llama"))
 
 
 @pytest.mark.parametrize("name", ["linear", "yarn", "llama3", "dynamic"])
@@ -242,3 +260,32 @@ def test_generation_past_the_original_window_is_the_same_on_every_path(name: str
         return
     draft = randomized(extended(name, n_blocks=1))
     assert speculative_generate(model, draft, prompt, 100, k=4, sampling=greedy) == reference
+
+
+@pytest.mark.parametrize("name", ["linear", "yarn"])
+def test_the_server_reads_and_writes_past_the_original_window(name: str, tmp_path) -> None:
+    """A model trained at 16 tokens and extended to 128, served: a 40-token prompt and 60 greedy tokens (positions
+    up to 100) come back as a plain argmax loop over whole-sequence forwards writes them, through the official
+    client; a prompt past the extended window is a 400 and the server keeps serving."""
+    import openai
+
+    from serve_support import make_checkpoint, serving
+
+    run = make_checkpoint(tmp_path, context_length=128, rope_scaling=name, rope_factor=8.0,
+                          rope_original_context=16, **RULE_FIELDS[name])
+    with serving(run) as (url, served, _):
+        model, tokenizer = served.model, served.tokenizer
+        prompt = torch.randint(10, 320, (40,), generator=torch.Generator().manual_seed(5)).tolist()
+        ids = list(prompt)
+        with torch.no_grad():
+            while len(ids) < 100 and (len(ids) == 40 or ids[-1] != tokenizer.eot_id):
+                ids.append(int(model(torch.tensor([ids]))[0][0, -1].argmax()))
+        produced = [i for i in ids[40:] if i not in set(tokenizer.special_tokens.values())]
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        reply = client.completions.create(model="micro", prompt=prompt, max_tokens=60, temperature=0)
+        assert reply.choices[0].text == tokenizer.decode(produced)
+        assert len(ids) > 60  # the comparison reached well past the 16 trained positions
+        with pytest.raises(openai.BadRequestError):
+            client.completions.create(model="micro", prompt=[11] * 129, max_tokens=1)
+        after = client.completions.create(model="micro", prompt=prompt[:5], max_tokens=2, temperature=0)
+        assert after.choices[0].finish_reason in ("stop", "length")

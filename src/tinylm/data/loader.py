@@ -6,6 +6,9 @@ the EOT between documents tells the model a new one starts. Offsets come from a 
 (seed, step), so batch k is a pure function of k: the loader's state is just the step counter, a
 resume continues with exactly the batches it would have drawn, and no RNG state has to be pickled.
 
+With `long_documents_eot`, the offsets are drawn only where a whole window fits inside one document
+(document_windows.py): the rows of a context extension.
+
 Distributed training draws `world_size * batch_size` offsets per step from that one generator on
 every rank, and rank r takes rows r*B..(r+1)*B-1. The ranks together see exactly the batch one
 process with batch size world_size*B would see, so changing the number of GPUs at a fixed global
@@ -28,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tinylm.data.document_windows import DocumentWindows
 from tinylm.data.shards import open_shard
 from tinylm.errors import TinyLMError
 
@@ -81,7 +85,8 @@ class BatchLoader:
     """Random (x, y) windows from a token shard: seeded, resumable, rank-aware."""
 
     def __init__(self, path_or_bin: str | Path | np.ndarray, batch_size: int, seq_len: int, seed: int = 0,
-                 rank: int = 0, world_size: int = 1, device: str | torch.device = "cpu") -> None:
+                 rank: int = 0, world_size: int = 1, device: str | torch.device = "cpu",
+                 long_documents_eot: int | None = None) -> None:
         _positive(batch_size=batch_size, seq_len=seq_len, world_size=world_size)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside [0, world_size={world_size})")
@@ -93,13 +98,21 @@ class BatchLoader:
         self.rank, self.world_size = rank, world_size
         self.device = torch.device(device)
         self.step = 0
+        # given the end-of-text id, rows come only from documents that hold a whole row (document_windows.py)
+        self.documents = None if long_documents_eot is None else DocumentWindows(self.tokens, long_documents_eot)
+        if self.documents is not None and not self.documents.longer_than(seq_len):
+            raise TinyLMError(f"--long-documents: no document of {self.where} holds a row of {seq_len + 1} tokens "
+                              f"(the longest has {int(self.documents.lengths.max())})")
 
     def offsets(self, step: int, rows: int | None = None, seq_len: int | None = None) -> np.ndarray:
         """This rank's window starts at `step`: its rows of the world_size * rows drawn for everyone (rows of
         `seq_len` tokens; by default the loader's batch and length)."""
         rows, seq_len = rows or self.batch_size, seq_len or self.seq_len
         rng = np.random.default_rng([self.seed, step])
-        starts = rng.integers(0, len(self.tokens) - seq_len, size=self.world_size * rows, dtype=np.int64)
+        if self.documents is not None:
+            starts = self.documents.sample(rng, self.world_size * rows, seq_len)
+        else:
+            starts = rng.integers(0, len(self.tokens) - seq_len, size=self.world_size * rows, dtype=np.int64)
         return starts[self.rank * rows:(self.rank + 1) * rows]
 
     def next_batch(self, rows: int | None = None, seq_len: int | None = None) -> Batch:

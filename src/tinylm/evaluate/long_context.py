@@ -4,8 +4,9 @@ Passkey retrieval (Mohtashami & Jaggi 2023): a five-digit number is hidden at a 
 text `length` tokens long, and asked for at the end; the model's greedy continuation must start with it.
 Filler carries no information, so only attention that reaches back `depth * length` tokens can answer.
 
-Bits per byte by position: the dev split read in windows of `length` tokens, each target token's loss
-summed into the bucket of its position (and its bytes with it), so a learner sees the loss climb past
+Bits per byte by position: the dev split's documents read in windows of `length` tokens that each lie
+inside one document (data/document_windows.py), each target token's loss summed into the bucket of its
+position (and its bytes with it), so a learner sees the loss climb past
 the window a model was trained at, and come back down after its context is extended.
 """
 
@@ -19,7 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from tinylm.data.loader import iter_sequential
+from tinylm.data.document_windows import DocumentWindows
+from tinylm.data.loader import windows
+from tinylm.data.shards import open_shard, read_sidecar
 from tinylm.errors import TinyLMError
 from tinylm.evaluate.bpb import checked_dev_data
 from tinylm.tokenizer.tokenizer import Tokenizer
@@ -102,21 +105,33 @@ def position_buckets(length: int, trained: int) -> list[tuple[int, int]]:
 @torch.no_grad()
 def bpb_by_position(model: nn.Module, tokenizer: Tokenizer, data_dir: Path, length: int, batch_size: int,
                     max_batches: int) -> dict[str, float]:
-    """{"bpb@A-B": bits per byte of the targets at positions [A, B)} over dev windows of `length` tokens."""
+    """{"bpb@A-B": bits per byte of the targets at positions [A, B)} over dev windows of `length` tokens,
+    each inside one document and starting where it starts or where the previous window ended: for each
+    position bucket, then for all positions below the trained context and all past it."""
     check_length(model, length, "bpb_positions")
     data_dir = checked_dev_data(data_dir, tokenizer, "bpb_positions")
+    tokens, _ = open_shard(data_dir / "dev.bin")
+    documents = DocumentWindows(tokens, int(read_sidecar(data_dir, "dev")["eot_id"]))
+    tiles = documents.tiles(length)[: batch_size * max_batches]
+    if not len(tiles):
+        raise TinyLMError(f"bpb_positions:{length}: no dev document holds {length + 1} tokens (the longest has "
+                          f"{int(documents.lengths.max())}): ask for a shorter length")
     device = next(model.parameters()).device
     token_bytes = np.array([len(tokenizer.token_bytes(i)) for i in range(tokenizer.n_vocab)], dtype=np.int64)
     nats, count = np.zeros(length), np.zeros(length, dtype=np.int64)
     model.eval()
-    for batch in iter_sequential(data_dir / "dev.bin", batch_size, length, max_batches=max_batches):
-        x, y = batch[0].to(device), batch[1].to(device)
+    for first in range(0, len(tiles), batch_size):
+        x, y = (torch.from_numpy(part).to(device) for part in windows(tokens, tiles[first:first + batch_size], length))
         logits = model(x)[0].float()
         losses = torch.nn.functional.cross_entropy(logits.transpose(1, 2), y, reduction="none")
         nats += losses.sum(0).cpu().double().numpy()
         count += token_bytes[y.cpu().numpy()].sum(0)
+    trained = model.config.rope_base_context
+    ranges = position_buckets(length, trained)
+    if 0 < trained < length:  # and the two sides of the trained context, whole
+        ranges += [r for r in ((0, trained), (trained, length)) if r not in ranges]
     out = {}
-    for start, end in position_buckets(length, model.config.rope_base_context):
+    for start, end in ranges:
         n_bytes = int(count[start:end].sum())
         if n_bytes:
             out[f"bpb@{start}-{end}"] = float(nats[start:end].sum() / math.log(2) / n_bytes)

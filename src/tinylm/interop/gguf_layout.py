@@ -37,9 +37,9 @@ def gguf_architecture(config: ModelConfig) -> str:
     if config.rope_scaling == "dynamic":
         raise _refuse("rope_scaling='dynamic'", "llama.cpp's RoPE frequencies are fixed per file; it has no dynamic "
                       "NTK (export to transformers, which has)")
-    if config.rope_scaling == "llama3":
-        raise _refuse("rope_scaling='llama3'", "llama.cpp reads Llama 3.1's rule as a rope_freqs tensor, which tinylm "
-                      "does not write yet (export to transformers, which reads the rule)")
+    if config.rope_scaling == "llama3" and config.qk_norm:
+        raise _refuse("rope_scaling='llama3' with qk_norm", "llama.cpp reads Llama 3.1's rule as a rope_freqs "
+                      "tensor in its llama graph; its qwen3 graph is not verified to (export to transformers)")
     if (config.yarn_beta_fast, config.yarn_beta_slow) != (32.0, 1.0):
         raise _refuse(f"yarn_beta_fast={config.yarn_beta_fast:g}, yarn_beta_slow={config.yarn_beta_slow:g}",
                       "llama.cpp (node-llama-cpp 3.21.1's build, tested) takes YaRN's betas from its command line, "
@@ -86,8 +86,9 @@ def hyperparameters(config: ModelConfig, architecture: str) -> dict[str, Any]:
 
 
 def rope_scaling_keys(config: ModelConfig) -> dict[str, Any]:
-    """The `rope.scaling.*` keys llama.cpp reads for the rules it has (linear, yarn; the others are refused)."""
-    if config.rope_scaling == "none":
+    """The `rope.scaling.*` keys llama.cpp reads for linear and YaRN. Llama 3.1's rule has none: it is the
+    `rope_freqs` tensor (gguf_tensors.py), as llama.cpp's own converter writes it; dynamic NTK is refused."""
+    if config.rope_scaling in ("none", "llama3"):
         return {}
     keys: dict[str, Any] = {"rope.scaling.type": config.rope_scaling, "rope.scaling.factor": float(config.rope_factor),
                             "rope.scaling.original_context_length": config.rope_base_context}

@@ -23,6 +23,7 @@ import torch
 
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
+from tinylm.models.modern.rope_scaling import RopeScaling, inverse_frequencies, plain_inverse_frequencies
 
 QUANTS = ("f32", "f16", "bf16", "q8_0", "q4_0")
 
@@ -90,7 +91,18 @@ def gguf_tensors(weights: dict[str, torch.Tensor], config: ModelConfig, architec
             heads = config.n_head if name.endswith("q_proj.weight") else config.kv_heads
             tensor = interleave_rope_rows(tensor, heads)
         out[_gguf_name(name, table, architecture)] = tensor.contiguous()
+    if config.rope_scaling == "llama3":
+        out["rope_freqs.weight"] = rope_frequency_factors(config)
     return out
+
+
+def rope_frequency_factors(config: ModelConfig) -> torch.Tensor:
+    """Llama 3.1's rule as llama.cpp reads it: one float32 per rotary pair, the number its plain frequency is
+    divided by (1 for the kept fast pairs, the factor for the interpolated slow ones, between in the band)."""
+    scaling = RopeScaling.of(config)
+    plain = plain_inverse_frequencies(config.dim_per_head, config.rope_theta).double()
+    scaled, _ = inverse_frequencies(scaling, config.dim_per_head, config.context_length)
+    return (plain / scaled.double()).to(torch.float32)
 
 
 def _gguf_name(name: str, table: list[tuple[re.Pattern[str], str]], architecture: str) -> str:

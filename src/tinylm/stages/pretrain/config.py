@@ -40,6 +40,9 @@ class PretrainConfig(EngineConfig):
         "continue a trained checkpoint (or run folder) at a longer context: its weights, a fresh optimizer; --set "
         "context_length=N and a RoPE scaling rule are the only model changes (stages/pretrain/extend.py)",
         metavar="CHECKPOINT", group=MODEL_AND_DATA)(None)
+    long_documents: bool = Option(
+        "draw rows only from documents that hold a whole row, so every position has its own document behind it "
+        "(for a context extension; the header says how many there are)", group=MODEL_AND_DATA)(False)
     data: str | None = Option("prepared data folder (default: the pystdlib corpus, prepared on first use)",
                               metavar="DIR", group=MODEL_AND_DATA)(None)
     batch_ramp_steps: int = Option("a batch-size ramp, a quarter of --batch-size for the first half of "

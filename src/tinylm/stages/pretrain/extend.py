@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from tinylm.config import ModelConfig
+from tinylm.data.document_windows import DocumentWindows
 from tinylm.data.shards import read_sidecar
 from tinylm.errors import TinyLMError
 
@@ -56,13 +57,8 @@ def extended_config(base: ModelConfig, overrides: dict[str, Any]) -> tuple[Model
 
 
 def long_documents(data_dir: Path, split: str, lengths: tuple[int, ...]) -> tuple[int, dict[int, int]]:
-    """How many documents a prepared split holds, and how many of them are longer than each of `lengths` tokens."""
+    """How many documents a prepared split holds, and how many hold a whole row of each of `lengths` tokens."""
     sidecar = read_sidecar(data_dir, split)
     tokens = np.memmap(data_dir / f"{split}.bin", dtype=np.dtype(sidecar["dtype"]), mode="r")
-    return document_counts(tokens, int(sidecar["eot_id"]), lengths)
-
-
-def document_counts(tokens: np.ndarray, eot_id: int, lengths: tuple[int, ...]) -> tuple[int, dict[int, int]]:
-    ends = np.flatnonzero(tokens == eot_id)
-    sizes = np.diff(np.concatenate(([-1], ends))) - 1  # the tokens between one end-of-text and the next
-    return len(sizes), {n: int(np.count_nonzero(sizes > n)) for n in lengths}
+    documents = DocumentWindows(tokens, int(sidecar["eot_id"]))
+    return len(documents.lengths), {n: documents.longer_than(n) for n in lengths}

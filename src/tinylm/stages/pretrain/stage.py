@@ -73,8 +73,10 @@ class PretrainStage(Stage[PretrainConfig]):
         # the data is checked (or prepared) before the model is built: a mismatch fails in a second
         self.data_dir = resolve_data_dir(cfg.data, mcfg, ctx.env, progress=cfg.progress)
         env = ctx.env
+        eot = int(read_sidecar(self.data_dir, "train")["eot_id"]) if cfg.long_documents else None
         self.loader = BatchLoader(self.data_dir / "train.bin", cfg.batch_size, self.seq_len, seed=cfg.seed,
-                                  rank=env.rank, world_size=env.world_size, device=str(ctx.device))
+                                  rank=env.rank, world_size=env.world_size, device=str(ctx.device),
+                                  long_documents_eot=eot)
         assert ctx.plan is not None  # the engine's plan, built once: it counts tokens by it, this stage draws by it
         self.plan = ctx.plan
         # eval_batches global batches (eval_batch_size, else batch_size, x world_size rows each): the same dev
@@ -91,12 +93,13 @@ class PretrainStage(Stage[PretrainConfig]):
         # read once: keep_last may prune the checkpoint this run resumed from
         self.lineage = lineage(self.name, ctx.resume, ctx.start_from or self.extend_from, str(self.data_dir),
                                ctx.run_dir)
-        if self.extend_from is not None:
+        if self.extend_from is not None or cfg.long_documents:
             original = self.mcfg.rope_base_context
             documents, longer = long_documents(self.data_dir, "train", (original, self.seq_len))
-            ctx.say(f"extend: {longer[original]:,} of {documents:,} train documents are longer than the {original} "
-                    f"tokens the model was trained at, {longer[self.seq_len]:,} longer than a {self.seq_len}-token "
-                    "row (a row crosses document boundaries where they are shorter)")
+            rows = ("rows are drawn from those alone (--long-documents)" if cfg.long_documents else
+                    "a row crosses document boundaries where they are shorter (--long-documents keeps it in one)")
+            ctx.say(f"documents: of {documents:,} train documents, {longer[original]:,} hold a {original}-token row "
+                    f"and {longer[self.seq_len]:,} a {self.seq_len}-token row; {rows}")
 
     def model_config(self) -> ModelConfig:
         return self.mcfg
