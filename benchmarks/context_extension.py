@@ -2,10 +2,11 @@
 
     python benchmarks/context_extension.py --out /tmp/ctx [--seeds 1 2 3] [--rules none linear dynamic yarn llama3]
 
-For each seed: pretrain the `tiny` modern preset at 256 tokens (the demo's 600 steps) on the Python
-standard library mixed with synthetic passkey documents (`--corpus pystdlib+passkey`, see
-data/passkey_corpus.py: code alone teaches no retrieval to measure), score it at 256 and 1024 tokens,
-then extend a copy to 1024 tokens with each rule for 60 steps (10% of pretraining) and score that.
+For each seed: pretrain the `tiny` modern preset at 256 tokens for 1,500 steps on the Python standard
+library mixed with 12,000 synthetic passkey documents (`--corpus pystdlib+passkey:12000`, see
+data/passkey_corpus.py: code alone teaches no retrieval to measure, and a `tiny` model first finds
+keys after some 750 steps), score it at 256 and 1024 tokens, then extend a copy to 1024 tokens with
+each rule for 150 steps (10% of pretraining) and score that.
 Scores: passkey retrieval at 1024 tokens by depth (`tinylm eval --tasks passkey:1024`) and bits per
 byte of dev positions below 256 and from 256 to 1024 (`bpb_positions:1024`). Every step is the
 `tinylm` command a user would type. Prints one JSON object: every run's scores, and the mean and
@@ -35,7 +36,7 @@ def scores(run: Path, tasks: str, examples: int) -> dict[str, float]:
     out = tinylm("eval", "--checkpoint", str(run), "--tasks", tasks, "--examples", str(examples), "--json",
                  "--no-record", "--bpb-batches", "8")
     flat: dict[str, float] = {}
-    for task, values in json.loads(out.strip().splitlines()[-1])["tasks"].items():
+    for task, values in json.loads(out.strip().splitlines()[-1])["scores"].items():
         flat.update({f"{task} {name}": value for name, value in values.items()})
     return flat
 
@@ -54,37 +55,49 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--rules", nargs="+", default=list(RULES), choices=RULES)
-    parser.add_argument("--base-steps", type=int, default=600)
-    parser.add_argument("--extend-steps", type=int, default=60)
-    parser.add_argument("--extend-batch", type=int, default=8)
-    parser.add_argument("--examples", type=int, default=200, help="passkey prompts per length (five depths)")
+    parser.add_argument("--passkey-documents", type=int, default=12_000)
+    parser.add_argument("--base-steps", type=int, default=1500)
+    parser.add_argument("--extend-steps", type=int, default=150)
+    parser.add_argument("--extend-batch", type=int, default=4, help="rows of 1024 tokens")
+    parser.add_argument("--long-documents", action="store_true", help="extend on rows inside one document")
+    parser.add_argument("--examples", type=int, default=100, help="passkey prompts per length (five depths)")
     args = parser.parse_args()
     data = args.out / "data"
-    tinylm("prepare", "--corpus", "pystdlib+passkey", "--out", str(data), "--no-progress")
-    runs: dict[str, dict[str, dict[str, float]]] = {}
+    tinylm("prepare", "--corpus", f"pystdlib+passkey:{args.passkey_documents}", "--out", str(data), "--no-progress")
+    results = args.out / "results.jsonl"  # one line per scored run: several instances may share a folder
     for seed in args.seeds:
         base = args.out / f"base-s{seed}"
         if not (base / "checkpoints").is_dir():
             tinylm("train", "--data", str(data), "--out", str(base), "--seed", str(seed), "--max-steps",
                    str(args.base_steps), "--no-progress")
         flat = scores(base, "passkey:256,passkey:1024,bpb_positions:1024", args.examples)
-        runs.setdefault("unextended", {})[str(seed)] = {
-            "passkey at 256": flat["passkey:256 passkey"], **summary(flat, 256, 1024)}
+        record(results, "unextended", seed, {"passkey at 256": flat["passkey:256 passkey"], **summary(flat, 256, 1024)})
         for rule in args.rules:
             run = args.out / f"{rule}-s{seed}"
             if not (run / "checkpoints").is_dir():
                 tinylm("train", "--extend", str(base), "--data", str(data), "--out", str(run), "--seed", str(seed),
                        "--set", "context_length=1024", "--set", f"rope_scaling={rule}", "--max-steps",
-                       str(args.extend_steps), "--batch-size", str(args.extend_batch), "--no-progress")
-            runs.setdefault(rule, {})[str(seed)] = summary(scores(run, "passkey:1024,bpb_positions:1024",
-                                                                  args.examples), 256, 1024)
-            print(json.dumps({"rule": rule, "seed": seed, **runs[rule][str(seed)]}), file=sys.stderr, flush=True)
+                       str(args.extend_steps), "--batch-size", str(args.extend_batch), "--no-progress",
+                       *(["--long-documents"] if args.long_documents else []))
+            record(results, rule, seed, summary(scores(run, "passkey:1024,bpb_positions:1024", args.examples), 256,
+                                                1024))
+    runs: dict[str, dict[int, dict[str, float]]] = {}
+    for line in results.read_text().splitlines():
+        row = json.loads(line)
+        runs.setdefault(row.pop("rule"), {})[row.pop("seed")] = row
     table = {rule: {name: {"mean": statistics.mean(by_seed[s][name] for s in by_seed),
                            "min": min(by_seed[s][name] for s in by_seed), "max": max(by_seed[s][name] for s in by_seed)}
                     for name in next(iter(by_seed.values()))} for rule, by_seed in runs.items()}
     print(json.dumps({"base_steps": args.base_steps, "extend_steps": args.extend_steps,
-                      "extend_batch": args.extend_batch, "seeds": args.seeds, "runs": runs, "table": table}, indent=1))
+                      "extend_batch": args.extend_batch, "long_documents": args.long_documents,
+                      "seeds": sorted({s for by_seed in runs.values() for s in by_seed}), "runs": runs,
+                      "table": table}, indent=1))
 
+
+def record(results: Path, rule: str, seed: int, scores: dict[str, float]) -> None:
+    with results.open("a") as out:
+        out.write(json.dumps({"rule": rule, "seed": seed, **scores}) + "\n")
+    print(json.dumps({"rule": rule, "seed": seed, **scores}), file=sys.stderr, flush=True)
 
 if __name__ == "__main__":
     main()

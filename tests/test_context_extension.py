@@ -40,6 +40,7 @@ def test_a_run_continues_at_four_times_the_context_with_yarn(base_run: Path, tmp
     said = capsys.readouterr().err
     assert "note: rope_factor=4: 128 tokens over the 32 the model was trained at" in said
     assert f"extend: {base_run} from 32 to 128 tokens, yarn x4, weights only" in said
+    assert "sequence warmup: none (a context extension learns from its long rows from the first step" in said
     assert re.search(r"documents: of \d+ train documents, \d+ hold a 32-token row and \d+ a 128-token row; a row "
                      r"crosses document boundaries where they are shorter \(--long-documents keeps it in one\)", said)
     mcfg = checkpoint_model_config(list_checkpoints(out)[-1])
@@ -47,6 +48,18 @@ def test_a_run_continues_at_four_times_the_context_with_yarn(base_run: Path, tmp
         128, "yarn", 4.0, 32)
     assert {k: getattr(mcfg, k) for k in MICRO if k != "context_length"} == {
         k: v for k, v in MICRO.items() if k != "context_length"}
+    assert summary.steps == 2 and len(losses(out)) == 2
+
+
+def test_an_extension_resumes_with_its_own_optimizer(base_run: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    out, extension = tmp_path / "long", {"context_length": 64, "rope_scaling": "linear"}
+    pretrain(config(out, extend=str(base_run), seq_len=64, max_steps=1, checkpoint_every=1, overrides=extension))
+    capsys.readouterr()
+    summary = pretrain(config(out, extend=str(base_run), seq_len=64, max_steps=2, resume="latest",
+                              overrides=extension))
+    said = capsys.readouterr().err
+    assert "linear x2, resumed from" in said and "(its weights and optimizer)" in said and "fresh optimizer" not in said
     assert summary.steps == 2 and len(losses(out)) == 2
 
 
@@ -173,6 +186,14 @@ def test_a_passkey_prompt_is_the_length_asked_with_the_key_at_its_depth(base_run
         assert ids[before:before + len(needle)] == needle
     with pytest.raises(TinyLMError, match="passkey:20 is too short"):
         passkey_prompt(tokenizer, 20, 0.5, 48213)
+
+
+def test_a_passkey_answer_is_the_first_number_and_only_the_key() -> None:
+    from tinylm.evaluate.long_context import answered
+
+    assert answered(" 70913.", 70913) and answered("70913 is the pass key", 70913) and answered(" 70913", 70913)
+    assert not answered(" 7091313.", 70913) and not answered(" 7091", 70913) and not answered(" a 70913", 70913)
+    assert not answered("", 70913) and not answered(" 12345. 70913", 70913)
 
 
 def test_passkey_scores_each_depth(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -197,6 +197,8 @@ def test_the_cli_takes_the_rule_with_set() -> None:
     assert parse_override("rope_factor=4") == ("rope_factor", 4.0)
     assert parse_override("rope_original_context=256") == ("rope_original_context", 256)
     assert parse_override("yarn_attention_factor=none") == ("yarn_attention_factor", None)
+    assert parse_override("rope_scaling=none") == ("rope_scaling", "none")  # the choice, not Python's None
+    assert parse_override("rope_scaling=None") == ("rope_scaling", "none")
 
 
 @pytest.mark.parametrize(("name", "changes", "message"), [

@@ -256,6 +256,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     default = getattr(ModelConfig(), name)
     annotation = str(by_name[name].type)
     if raw.lower() in ("none", "null"):
+        if '"none"' in annotation or "'none'" in annotation:  # a choice named none (rope_scaling=none)
+            return name, "none"
         if "None" not in annotation:
             raise ValueError(f"invalid override {text!r}: {name} cannot be None")
         return name, None

@@ -1,7 +1,8 @@
 """Evaluations that need the length: passkey retrieval, and bits per byte by position.
 
 Passkey retrieval (Mohtashami & Jaggi 2023): a five-digit number is hidden at a chosen depth of filler
-text `length` tokens long, and asked for at the end; the model's greedy continuation must start with it.
+text `length` tokens long, and asked for at the end; the first number of the model's greedy continuation
+must be it.
 Filler carries no information, so only attention that reaches back `depth * length` tokens can answer.
 
 Bits per byte by position: the dev split's documents read in windows of `length` tokens that each lie
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -25,16 +27,15 @@ from tinylm.data.loader import windows
 from tinylm.data.shards import open_shard, read_sidecar
 from tinylm.errors import TinyLMError
 from tinylm.evaluate.bpb import checked_dev_data
+from tinylm.evaluate.passkey_words import FILLER, NEEDLE, QUESTION
 from tinylm.tokenizer.tokenizer import Tokenizer
 
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
-FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
-QUESTION = "What is the pass key? The pass key is"
 
 
 def passkey_prompt(tokenizer: Tokenizer, length: int, depth: float, key: int) -> list[int]:
     """Token ids of about `length` tokens: filler, the key at `depth` of the filler, filler, the question."""
-    needle = tokenizer.encode(f"The pass key is {key}. Remember it. {key} is the pass key. ")
+    needle = tokenizer.encode(NEEDLE.format(key=key))
     question, unit = tokenizer.encode(QUESTION), tokenizer.encode(FILLER)
     room = length - len(needle) - len(question)
     if room < len(unit):
@@ -65,10 +66,16 @@ def passkey_accuracy(model: nn.Module, tokenizer: Tokenizer, length: int, trials
         for _ in range(trials):
             key = rng.randrange(10_000, 100_000)
             ids = torch.tensor([passkey_prompt(tokenizer, length, depth, key)], device=device)
-            right += greedy_text(model, tokenizer, ids, 6).strip().startswith(str(key))
+            right += answered(greedy_text(model, tokenizer, ids, 8), key)
         scores[f"passkey@{depth:g}"] = right / trials
     scores["passkey"] = sum(scores.values()) / len(depths)
     return scores
+
+
+def answered(text: str, key: int) -> bool:
+    """The continuation's first number is the key: "70913." and "70913 is" are right, "7091313" is not."""
+    number = re.match(r"\s*(\d+)", text)
+    return number is not None and number.group(1) == str(key)
 
 
 def greedy_text(model: nn.Module, tokenizer: Tokenizer, ids: torch.Tensor, new_tokens: int) -> str:

@@ -7,7 +7,7 @@ corpora (--corpus):
   pystdlib                    the running interpreter's standard library (default)
   PATH                        a .txt/.md/.py/.jsonl/.parquet file, a folder (recursive) or a glob
   hf:NAME[:CONFIG][:SPLIT]    a Hugging Face dataset (streamed; needs the datasets extra)
-  passkey[:N]                 N synthetic documents (default 3000) that hide a five-digit key in filler
+  passkey[:N]                 N synthetic documents (default 12000) that hide a five-digit key in filler
                               and ask for it at the end: retrieval for a context extension to measure
   A+B                         several of these as one corpus (pystdlib+passkey)
 

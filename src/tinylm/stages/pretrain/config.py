@@ -51,7 +51,8 @@ class PretrainConfig(EngineConfig):
     seq_len_warmup_steps: int | None = Option(
         "a sequence-length warmup, rows a quarter as long (and 4x as many) for the first half of N "
         "steps and half as long for the second; the tokens per step stay the same; 0 = off (default: "
-        f"{DEFAULT_SEQ_WARMUP_STEPS}, at most a quarter of the lr schedule, none where rows cannot be quartered)",
+        f"{DEFAULT_SEQ_WARMUP_STEPS}, at most a quarter of the lr schedule, none where rows cannot be quartered or "
+        "for --extend)",
         low=0, metavar="N", group=BUDGET, before_it_existed=0)(None)
     target_dev_bpb: float | None = Option("stop at the first evaluation whose dev bits per byte is at or below X "
                                           "(a resumed run checks at its next evaluation)", low=0,

@@ -108,8 +108,10 @@ class PretrainStage(Stage[PretrainConfig]):
     def say_extension(start: StageStart[PretrainConfig], mcfg: ModelConfig) -> None:
         rule = mcfg.rope_scaling if mcfg.rope_scaling != "none" else "plain RoPE"
         factor = f" x{mcfg.rope_factor:g}" if mcfg.rope_scaling != "none" else ""
+        how = (f"resumed from {start.resume} (its weights and optimizer)" if start.resume is not None
+               else "weights only (a fresh optimizer from step 0)")
         start.say(f"extend: {start.cfg.extend} from {mcfg.rope_base_context} to {mcfg.context_length} tokens, "
-                  f"{rule}{factor}, weights only (a fresh optimizer from step 0)")
+                  f"{rule}{factor}, {how}")
 
     def build_model(self) -> nn.Module:
         seed_everything(self.ctx.cfg.seed)  # identical initial weights on every rank

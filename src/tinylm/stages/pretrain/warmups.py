@@ -14,9 +14,13 @@ from tinylm.train.run_setup import schedule_steps
 
 
 def pretraining_plan(cfg: PretrainConfig, seq_len: int, world_size: int) -> BatchPlan:
-    """The run's step shapes: the ramp and warmup as given, or the default sequence warmup when unset."""
+    """The run's step shapes: the ramp and warmup as given, or the default sequence warmup when unset (none for
+    a context extension, whose long rows are its point)."""
     plan = BatchPlan(cfg.batch_size, seq_len, cfg.grad_accum * world_size, cfg.batch_ramp_steps,
                      cfg.seq_len_warmup_steps or 0)
+    if cfg.seq_len_warmup_steps is None and cfg.extend is not None:
+        return dataclasses.replace(plan, note="sequence warmup: none (a context extension learns from its long rows "
+                                              "from the first step; --seq-len-warmup-steps N to have one)")
     if cfg.seq_len_warmup_steps is None:
         plan = default_seq_warmup(plan, schedule_steps(cfg, plan))
     return plan
