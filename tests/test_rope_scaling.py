@@ -34,6 +34,12 @@ RULE_FIELDS = {
 }
 
 
+# DeepSeek's latent attention: the rule rotates only its decoupled rotary dimensions (DeepseekV3 in transformers)
+MLA = dict(attention="mla", kv_lora_rank=8, q_lora_rank=12, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+           norm_eps=1e-6)
+ATTENTIONS = {"standard": {}, "mla": MLA}
+
+
 def extended(name: str, **changes) -> ModelConfig:
     rule = name.split("_")[0]
     return ModelConfig(arch="modern", rope_scaling=rule, **{**EXTENDED, **RULE_FIELDS[name], **changes})
@@ -122,11 +128,12 @@ def randomized(config: ModelConfig) -> torch.nn.Module:
     return model
 
 
+@pytest.mark.parametrize("attention", list(ATTENTIONS))
 @pytest.mark.parametrize("name", list(RULE_FIELDS))
-def test_logits_past_the_original_window_equal_transformers(name: str) -> None:
+def test_logits_past_the_original_window_equal_transformers(name: str, attention: str) -> None:
     """128 tokens through a model trained at 32: transformers computes the rule with its own code
-    (`modeling_rope_utils`), from the rope_parameters our export writes."""
-    model = randomized(extended(name))
+    (`modeling_rope_utils`), from the rope_parameters our export writes (LlamaForCausalLM, DeepseekV3ForCausalLM)."""
+    model = randomized(extended(name, **ATTENTIONS[attention]))
     hf_model = to_hf_model(model).eval()
     torch.manual_seed(1)
     idx = torch.randint(0, 97, (2, 128))
@@ -135,8 +142,8 @@ def test_logits_past_the_original_window_equal_transformers(name: str) -> None:
     assert (ours - theirs).abs().max().item() < 1e-5
     assert (ours[:, 32:] - theirs[:, 32:]).abs().max().item() < 1e-5  # the positions past the original window
     with torch.no_grad():
-        plain = randomized(extended(name).replace(rope_scaling="none", rope_factor=1.0, rope_original_context=None,
-                                                  **{k: v for k, v in _defaults(name).items()}))(idx)[0]
+        plain = randomized(extended(name, **ATTENTIONS[attention]).replace(
+            rope_scaling="none", rope_factor=1.0, rope_original_context=None, **_defaults(name)))(idx)[0]
     assert (plain[:, 40:] - ours[:, 40:]).abs().max().item() > 1e-3  # the rule changed what the model computes
 
 
@@ -144,17 +151,22 @@ def _defaults(name: str) -> dict:
     return {field: getattr(ModelConfig(), field) for field in RULE_FIELDS[name]}
 
 
+@pytest.mark.parametrize("attention", list(ATTENTIONS))
 @pytest.mark.parametrize("name", list(RULE_FIELDS))
-def test_the_rule_round_trips_through_a_transformers_config(name: str) -> None:
-    config = extended(name)
+def test_the_rule_round_trips_through_a_transformers_config(name: str, attention: str) -> None:
+    config = extended(name, **ATTENTIONS[attention])
     back = config_from_hf(transformers.AutoConfig.for_model(**hf_config_dict(config)))
     ignored = {"init_std", "dropout"} | ({"rope_original_context"} if name == "linear" else set())  # linear's rule
+    if attention == "mla":  # sizes the import leaves to be derived (None), as a config written by hand would
+        ignored |= {"n_kv_head", "qk_nope_head_dim", "v_head_dim"}
+        assert (back.nope_dim, back.value_dim) == (8, 8)
     assert {k: v for k, v in back.diff(config).items() if k not in ignored} == {}  # never reads the original length
 
 
+@pytest.mark.parametrize("attention", list(ATTENTIONS))
 @pytest.mark.parametrize("name", ["linear", "yarn", "llama3"])
-def test_a_kv_cache_decode_equals_the_whole_sequence(name: str) -> None:
-    model = randomized(extended(name))
+def test_a_kv_cache_decode_equals_the_whole_sequence(name: str, attention: str) -> None:
+    model = randomized(extended(name, **ATTENTIONS[attention]))
     idx = torch.randint(0, 97, (1, 100), generator=torch.Generator().manual_seed(2))
     cache = model.new_cache(1)
     with torch.no_grad():

@@ -211,8 +211,6 @@ class ModelConfig:
              "must be > 0 or None")
         need(0 < self.llama3_low_freq_factor < self.llama3_high_freq_factor, "llama3_high_freq_factor",
              f"must be above llama3_low_freq_factor={self.llama3_low_freq_factor}, which must be > 0")
-        need(rule == "none" or self.attention == "standard", "rope_scaling",
-             "is not supported with MLA yet (DeepSeek's YaRN also rescales the softmax by mscale_all_dim)")
 
     # ---- (de)serialization ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
