@@ -121,6 +121,7 @@ def test_without_a_rule_the_run_is_plain_rope_and_says_so() -> None:
     base = ModelConfig(vocab_size=97, context_length=32, n_embed=32, n_head=2)
     extended, notes = extended_config(base, {"context_length": 64})
     assert extended.rope_scaling == "none" and extended.context_length == 64
+    assert extended.rope_original_context == 32  # trained at 32 first: where position evaluations cut
     assert notes[0].startswith("no rope_scaling: plain RoPE asked to read positions it never saw")
     twice, _ = extended_config(extended_config(base, {"context_length": 64, "rope_scaling": "linear"})[0],
                                {"context_length": 128, "rope_factor": 4.0})

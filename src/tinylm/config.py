@@ -195,10 +195,8 @@ class ModelConfig:
         need(self.rope_original_context is None or 1 <= self.rope_original_context <= self.context_length,
              "rope_original_context", f"must be in [1, context_length={self.context_length}]: the context a model "
              "is extended to cannot be shorter than the one it was trained at")
-        if rule == "none":
+        if rule == "none":  # rope_original_context may stay: a plain-RoPE extension's first training length
             need(self.rope_factor == 1, "rope_factor", "needs a rope_scaling rule (linear, dynamic, yarn or llama3)")
-            need(self.rope_original_context is None, "rope_original_context",
-                 "needs a rope_scaling rule (linear, dynamic, yarn or llama3)")
         rule_fields = {"yarn": ("YaRN", ("yarn_beta_fast", "yarn_beta_slow", "yarn_attention_factor")),
                        "llama3": ("Llama 3.1", ("llama3_low_freq_factor", "llama3_high_freq_factor"))}
         for owner, (title, names) in rule_fields.items():

@@ -41,8 +41,9 @@ def extended_config(base: ModelConfig, overrides: dict[str, Any]) -> tuple[Model
                           f"({given}): pass --set context_length=N with N > {base.context_length}")
     changes, notes = dict(overrides), []
     rule = changes.get("rope_scaling", base.rope_scaling)
+    # the first training length stays on record, with a rule or without (where evaluations cut by position)
+    original = changes.setdefault("rope_original_context", base.rope_base_context)
     if rule != "none":
-        original = changes.setdefault("rope_original_context", base.rope_base_context)
         if "rope_factor" not in changes:
             changes["rope_factor"] = target / original
             notes.append(f"rope_factor={changes['rope_factor']:g}: {target} tokens over the {original} the model "
