@@ -217,8 +217,8 @@ def test_files_of_other_kinds_are_listed_as_skipped(tmp_path: Path) -> None:
 def test_passkey_documents_hide_a_key_and_ask_for_it_in_the_evaluations_words() -> None:
     import re
 
-    from tinylm.evaluate.passkey_words import FILLER
-    from tinylm.evaluate.passkey_words import QUESTION as EVAL_QUESTION
+    from tinylm.data.passkey_words import FILLER
+    from tinylm.data.passkey_words import QUESTION as EVAL_QUESTION
 
     corpus = open_corpus("passkey:40")
     texts = list(corpus.documents())

@@ -7,7 +7,7 @@ about 1,000 tokens, so that `tinylm eval --tasks passkey:LEN` then measures what
 extension is about: whether attention still finds the key once it lies past the trained window.
 
 Each document: a little filler, the needle in the words of the evaluation
-(`evaluate/passkey_words.py`), filler, and the question with its answer. Half the documents use the
+(`data/passkey_words.py`), filler, and the question with its answer. Half the documents use the
 evaluation's own filler (its five sentences in turn, from a random one), half sentences of their own:
 measured on a `tiny` model trained 1,000 steps with only the latter, the key was found in 43% of
 short training-style documents and in none of the evaluation's prompts, which it read as code. So the
@@ -22,8 +22,8 @@ import random
 from collections.abc import Iterator
 
 from tinylm.data.corpus import Corpus, ReadStats
+from tinylm.data.passkey_words import FILLER, NEEDLE, QUESTION
 from tinylm.errors import TinyLMError
-from tinylm.evaluate.passkey_words import FILLER, NEEDLE, QUESTION
 
 DEFAULT_DOCUMENTS = 12_000
 SUBJECTS = ("The river", "A small boat", "The old clock", "My neighbour", "The north wind", "A red kite",

@@ -24,10 +24,10 @@ from torch import nn
 
 from tinylm.data.document_windows import DocumentWindows
 from tinylm.data.loader import windows
+from tinylm.data.passkey_words import FILLER, NEEDLE, QUESTION
 from tinylm.data.shards import open_shard, read_sidecar
 from tinylm.errors import TinyLMError
 from tinylm.evaluate.bpb import checked_dev_data
-from tinylm.evaluate.passkey_words import FILLER, NEEDLE, QUESTION
 from tinylm.tokenizer.tokenizer import Tokenizer
 
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
