@@ -10,14 +10,9 @@ extrapolate: the baseline every rule is measured against.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from tinylm.config import ModelConfig
-from tinylm.data.document_windows import DocumentWindows
-from tinylm.data.shards import read_sidecar
 from tinylm.errors import TinyLMError
 
 CONTEXT_FIELDS = ("context_length", "rope_scaling", "rope_factor", "rope_original_context", "yarn_beta_fast",
@@ -56,10 +51,3 @@ def extended_config(base: ModelConfig, overrides: dict[str, Any]) -> tuple[Model
     except ValueError as exc:
         raise TinyLMError(str(exc)) from None
 
-
-def long_documents(data_dir: Path, split: str, lengths: tuple[int, ...]) -> tuple[int, dict[int, int]]:
-    """How many documents a prepared split holds, and how many hold a whole row of each of `lengths` tokens."""
-    sidecar = read_sidecar(data_dir, split)
-    tokens = np.memmap(data_dir / f"{split}.bin", dtype=np.dtype(sidecar["dtype"]), mode="r")
-    documents = DocumentWindows(tokens, int(sidecar["eot_id"]))
-    return len(documents.lengths), {n: documents.longer_than(n) for n in lengths}

@@ -15,6 +15,7 @@ from torch import nn
 
 from tinylm.checkpoint import TOKENIZER, checkpoint_model_config, load_weights, resolve_checkpoint
 from tinylm.config import ModelConfig
+from tinylm.data.document_windows import DocumentWindows
 from tinylm.data.loader import BatchLoader, iter_sequential
 from tinylm.data.shards import read_sidecar
 from tinylm.errors import TinyLMError
@@ -24,7 +25,7 @@ from tinylm.runtime.device import autocast
 from tinylm.runtime.rng import seed_everything
 from tinylm.stages.pretrain.config import PretrainConfig
 from tinylm.stages.pretrain.data import resolve_data_dir
-from tinylm.stages.pretrain.extend import extended_config, long_documents
+from tinylm.stages.pretrain.extend import extended_config
 from tinylm.stages.pretrain.sample import closing_prompt, sample_text
 from tinylm.stages.pretrain.warmups import pretraining_plan
 from tinylm.tokenizer import load_tokenizer
@@ -73,10 +74,10 @@ class PretrainStage(Stage[PretrainConfig]):
         # the data is checked (or prepared) before the model is built: a mismatch fails in a second
         self.data_dir = resolve_data_dir(cfg.data, mcfg, ctx.env, progress=cfg.progress)
         env = ctx.env
-        eot = int(read_sidecar(self.data_dir, "train")["eot_id"]) if cfg.long_documents else None
+        eot = int(read_sidecar(self.data_dir, "train")["eot_id"])
         self.loader = BatchLoader(self.data_dir / "train.bin", cfg.batch_size, self.seq_len, seed=cfg.seed,
                                   rank=env.rank, world_size=env.world_size, device=str(ctx.device),
-                                  long_documents_eot=eot)
+                                  long_documents_eot=eot if cfg.long_documents else None)
         assert ctx.plan is not None  # the engine's plan, built once: it counts tokens by it, this stage draws by it
         self.plan = ctx.plan
         # eval_batches global batches (eval_batch_size, else batch_size, x world_size rows each): the same dev
@@ -95,11 +96,13 @@ class PretrainStage(Stage[PretrainConfig]):
                                ctx.run_dir)
         if self.extend_from is not None or cfg.long_documents:
             original = self.mcfg.rope_base_context
-            documents, longer = long_documents(self.data_dir, "train", (original, self.seq_len))
+            # the loader's own spans where it drew them (--long-documents): train.bin is scanned once
+            documents = self.loader.documents or DocumentWindows(self.loader.tokens, eot)
             rows = ("rows are drawn from those alone (--long-documents)" if cfg.long_documents else
                     "a row crosses document boundaries where they are shorter (--long-documents keeps it in one)")
-            ctx.say(f"documents: of {documents:,} train documents, {longer[original]:,} hold a {original}-token row "
-                    f"and {longer[self.seq_len]:,} a {self.seq_len}-token row; {rows}")
+            ctx.say(f"documents: of {len(documents.lengths):,} train documents, {documents.longer_than(original):,} "
+                    f"hold a {original}-token row and {documents.longer_than(self.seq_len):,} a {self.seq_len}-token "
+                    f"row; {rows}")
 
     def model_config(self) -> ModelConfig:
         return self.mcfg
