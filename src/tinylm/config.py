@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_type_hints
 
 Arch = Literal["classic", "modern"]
+RopeRule = Literal["none", "linear", "dynamic", "yarn", "llama3"]
+ROPE_RULES: tuple[str, ...] = get_args(RopeRule)  # each one a file of models/modern/rope_scaling/
 
 
 def swiglu_hidden(n_embed: int, multiple_of: int = 64) -> int:
@@ -52,7 +54,7 @@ class ModelConfig:
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     # RoPE scaling, to read past the context a model was trained at (models/modern/rope_scaling/)
-    rope_scaling: Literal["none", "linear", "dynamic", "yarn", "llama3"] = "none"
+    rope_scaling: RopeRule = "none"
     rope_factor: float = 1.0  # how many times longer a window the rule stretches RoPE over
     rope_original_context: int | None = None  # the context pretraining used; None = context_length (not extended)
     yarn_beta_fast: float = 32.0  # YaRN: pairs turning more than this many times over the original context are kept
@@ -188,8 +190,7 @@ class ModelConfig:
 
     def _validate_rope_scaling(self, need: Any) -> None:
         rule = self.rope_scaling
-        need(rule in ("none", "linear", "dynamic", "yarn", "llama3"), "rope_scaling",
-             "must be one of none, linear, dynamic, yarn, llama3")
+        need(rule in ROPE_RULES, "rope_scaling", f"must be one of {', '.join(ROPE_RULES)}")
         need(math.isfinite(self.rope_factor) and self.rope_factor >= 1, "rope_factor",
              "must be >= 1: a factor below 1 would shrink the window, not extend it")
         need(self.rope_original_context is None or 1 <= self.rope_original_context <= self.context_length,
@@ -252,7 +253,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     default = getattr(ModelConfig(), name)
     annotation = str(by_name[name].type)
     if raw.lower() in ("none", "null"):
-        if '"none"' in annotation or "'none'" in annotation:  # a choice named none (rope_scaling=none)
+        if "none" in get_args(get_type_hints(ModelConfig)[name]):  # a choice named none (rope_scaling=none)
             return name, "none"
         if "None" not in annotation:
             raise ValueError(f"invalid override {text!r}: {name} cannot be None")

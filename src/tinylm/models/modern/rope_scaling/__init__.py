@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 import torch
 
-from tinylm.config import ModelConfig
+from tinylm.config import ROPE_RULES, ModelConfig
 from tinylm.models.modern.rope_scaling.dynamic import dynamic_ntk_theta
 from tinylm.models.modern.rope_scaling.linear import linear_inverse_frequencies
 from tinylm.models.modern.rope_scaling.llama3 import llama3_inverse_frequencies
 from tinylm.models.modern.rope_scaling.yarn import yarn_attention_factor, yarn_inverse_frequencies
 
-RULES = ("none", "linear", "dynamic", "yarn", "llama3")
+RULES = ROPE_RULES  # the config's choices, one file each here
 
 
 @dataclass(frozen=True)
