@@ -64,7 +64,8 @@ def corpus_files(spec: str) -> tuple[list[Path], list[Path]]:
         if not files:
             raise TinyLMError(f"{spec}: no {kinds} files match this pattern")
         return files, [p for p in matches if _kind(p) not in SUPPORTED]
-    raise TinyLMError(f"corpus not found: {spec} (not pystdlib, hf:NAME, an existing file, folder or glob)")
+    raise TinyLMError(f"corpus not found: {spec} (not pystdlib, passkey[:N], hf:NAME, an existing file, folder "
+                      "or glob)")
 
 
 def _open_binary(path: Path) -> BinaryIO:
