@@ -16,6 +16,7 @@ from torch import nn
 
 FORMAT = "tinylm-checkpoint"
 CHECKPOINTS = "checkpoints"
+SNAPSHOTS = "snapshots"  # RUN/snapshots/checkpoints/step_N: weights only, every --snapshot-every steps
 WEIGHTS, CONFIG, TOKENIZER, TRAIN_STATE = "model.safetensors", "config.json", "tokenizer.json", "train_state.pt"
 MODEL_METADATA = "tinylm_model"  # key of the bound model config in the safetensors header
 STEP_NAME = re.compile(r"^step_(\d+)$")

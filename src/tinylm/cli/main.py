@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from tinylm.stages import StageSpec
 
 TOOLS: tuple[str, ...] = ("generate", "chat", "eval", "serve", "export", "import", "report", "bench", "compare",
-                          "speedrun", "plot", "pipeline", "studio")
+                          "inspect", "speedrun", "plot", "pipeline", "studio")
 
 
 def commands() -> tuple[str, ...]:

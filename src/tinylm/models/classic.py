@@ -23,6 +23,7 @@ from torch import nn
 
 from tinylm.config import ModelConfig
 from tinylm.models.accounting import count_params, training_flops_per_token
+from tinylm.models.attend import Attend
 from tinylm.models.init import init_gpt2
 from tinylm.models.loss import output_head_loss, soft_cap
 from tinylm.models.modern.mask import attention_mask
@@ -37,6 +38,7 @@ class CausalSelfAttention(nn.Module):
         self.o_proj = nn.Linear(config.n_embed, config.n_embed, bias=True)  # writes into the residual stream
         self.attn_dropout = nn.Dropout(config.dropout)
         self.resid_dropout = nn.Dropout(config.dropout)
+        self.attend = Attend()  # the fused path: F.scaled_dot_product_attention, where inspection can see q and k
 
     def forward(self, x: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
         """`allowed` [B or 1, 1, T, T] (True = may attend) from `attention_mask`; None = plain causal."""
@@ -51,8 +53,7 @@ class CausalSelfAttention(nn.Module):
             y = self.attn_dropout(F.softmax(scores, dim=-1)) @ v
         else:
             dropout = self.attn_dropout.p if self.training else 0.0
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None,
-                                               dropout_p=dropout)
+            y = self.attend(q, k, v, allowed, allowed is None, None, dropout)
         y = y.transpose(1, 2).reshape(B, T, C)
         return self.resid_dropout(self.o_proj(y))
 

@@ -14,7 +14,10 @@
     GET /api/metric-notes                  each metric's unit and one-line meaning (metric_notes.py)
     POST /api/preview, /api/launch         a form's command line; start it as a new run, torchrun too (launch.py)
     POST /api/stop, /api/resume            SIGTERM to a run (torchrun: to its workers); continue it (--resume latest)
-    GET /  /run  /compare  /launch  /tokens  /data  /chat   the pages (static; the charts are the vendored uPlot)
+    GET /api/inside/VIEW?name=N&...       a checkpoint seen from inside: lens, attention, attribution, patch,
+                                           neurons, induction (inside.py; what `tinylm inspect` prints)
+    GET /  /run  /compare  /launch  /tokens  /data  /chat  /inside
+                                           the pages (static; the charts are the vendored uPlot)
 
 Every answer is read from disk when it is asked for. A refused request is a 4xx JSON error naming
 what was wrong, and the studio keeps serving. With a token (required off loopback), every request
@@ -44,6 +47,7 @@ from tinylm.studio.chat_models import ChatModels, chat_routes
 from tinylm.studio.data_preview import MAX_ROWS
 from tinylm.studio.data_preview import preview as preview_data
 from tinylm.studio.follow import RunWatch, read_after, stopped_within
+from tinylm.studio.inside import inside_routes
 from tinylm.studio.metric_notes import notes_json
 from tinylm.studio.post_body import json_body
 from tinylm.studio.run_files import run_files_routes
@@ -63,7 +67,7 @@ CONSOLE_TAIL = 8192  # bytes of a run's console shown
 TOKENIZE_LIMIT = 20_000  # characters the tokenizer playground takes
 SHUTDOWN_GRACE_S = 1.0  # what stopping waits for a response still open (the event streams end at once: follow.py)
 PAGES = {"/": "index.html", "/run": "run.html", "/compare": "compare.html", "/launch": "launch.html",
-         "/tokens": "tokens.html", "/data": "data.html", "/chat": "chat.html"}
+         "/tokens": "tokens.html", "/data": "data.html", "/chat": "chat.html", "/inside": "inside.html"}
 
 
 def newest_config(run_dir: Path) -> dict[str, Any]:
@@ -240,6 +244,7 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
 
     app.include_router(run_files_routes(root))
     app.include_router(chat_routes(chat_models))
+    app.include_router(inside_routes(root))
     for path, file in PAGES.items():
         app.add_api_route(path, _page(file), methods=["GET"], include_in_schema=False)
     app.add_api_route("/favicon.ico", _favicon, methods=["GET"], include_in_schema=False)  # a browser asks for it

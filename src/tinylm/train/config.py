@@ -115,6 +115,9 @@ class EngineConfig:
     checkpoint_every: int = Option("steps between checkpoints; 0 = only at the end (and on Ctrl-C / time budget)",
                                    low=0, group=LOGGING)(0)
     keep_last: int = Option("checkpoints to keep; 0 = all", low=0, group=LOGGING)(3)
+    snapshot_every: int = Option("steps between weights-only snapshots in RUN/snapshots (never pruned, not "
+                                 "resumable: what `tinylm inspect induction` reads); 0 = none", low=0,
+                                 group=LOGGING)(0)
     resume: str | None = RESUME(None)
     progress: bool = PROGRESS(True, group=LOGGING)
     tensorboard: str | None = Option(

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from tinylm.checkpoint import read_checkpoint_config, save_checkpoint
+from tinylm.checkpoint.layout import SNAPSHOTS
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 from tinylm.runtime.distributed import DistEnv, all_gather_objects, barrier
@@ -69,6 +70,17 @@ class RunCheckpoints:
                                    keep_last=cfg.keep_last or None)
         barrier(env)
         return path
+
+    def snapshot(self, step: int, tokens: int, metrics: dict[str, Any]) -> None:
+        """The weights alone at `step`, in RUN/snapshots/checkpoints/step_N: a few megabytes where a checkpoint
+        carries the optimizer's moments too, so a run can keep dozens (how induction heads form, step by step)."""
+        weights = self.stage.checkpoint_weights(self.raw, self._model_state())
+        if self.env.is_main:
+            save_checkpoint(self.run_dir / SNAPSHOTS, step, self.raw, self.model_config, state_dict=weights,
+                            tokenizer_file=self.stage.tokenizer_file(),
+                            meta={"tokens": tokens, "metrics": metrics, "snapshot": True,
+                                  **self.stage.checkpoint_meta()})
+        barrier(self.env)
 
     def restore(self, state: dict[str, Any], checkpoint: Path) -> tuple[int, int]:
         """Load `checkpoint`'s train state into the optimizer, the loss scaler and the stage; (step, tokens)."""

@@ -18,10 +18,10 @@ bf16, as eager attention does), and only without a KV cache.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tinylm.config import ModelConfig
+from tinylm.models.attend import Attend
 from tinylm.models.modern.blockwise_attention import blockwise_causal_attention
 from tinylm.models.modern.kv_cache import KVCache
 from tinylm.models.modern.norm import RMSNorm
@@ -46,6 +46,7 @@ class Attention(nn.Module):
         self.gate_proj = nn.Linear(config.n_embed, q_width, bias=False) if config.attn_output_gate else None
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
+        self.attend = Attend()  # F.scaled_dot_product_attention, where inspection can see q and k
 
     def forward(
         self,
@@ -75,7 +76,7 @@ class Attention(nn.Module):
             if self.n_kv_head != self.n_head:  # each KV head serves n_head / n_kv_head query heads
                 repeats = self.n_head // self.n_kv_head
                 k, v = k.repeat_interleave(repeats, dim=1), v.repeat_interleave(repeats, dim=1)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout)
+            y = self.attend(q, k, v, mask, is_causal, None, dropout)
         y = y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)
         if self.gate_proj is not None:
             y = y * torch.sigmoid(self.gate_proj(x))

@@ -19,10 +19,10 @@ optimization of the same computation.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from tinylm.config import ModelConfig
+from tinylm.models.attend import Attend
 from tinylm.models.modern.kv_cache import KVCache
 from tinylm.models.modern.norm import RMSNorm
 from tinylm.models.modern.rope import apply_rope
@@ -48,6 +48,7 @@ class MultiHeadLatentAttention(nn.Module):
         self.o_proj = nn.Linear(self.n_head * self.v_dim, config.n_embed, bias=False)  # residual writer
         self.dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
+        self.attend = Attend()  # F.scaled_dot_product_attention, where inspection can see q and k
 
     def _queries(self, x: torch.Tensor) -> torch.Tensor:
         if hasattr(self, "q_proj"):
@@ -80,8 +81,5 @@ class MultiHeadLatentAttention(nn.Module):
         k_nope, v = kv.split([self.nope_dim, self.v_dim], dim=-1)
         k = torch.cat((k_nope, k_rope[:, None].expand(B, self.n_head, S, self.rope_dim)), dim=-1)
 
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=is_causal, scale=self.scale,
-            dropout_p=self.dropout if self.training else 0.0,
-        )
+        y = self.attend(q, k, v, mask, is_causal, self.scale, self.dropout if self.training else 0.0)
         return self.resid_dropout(self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_head * self.v_dim)))

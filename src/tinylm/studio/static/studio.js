@@ -198,6 +198,7 @@ const studio = (() => {
   async function runPage() {
     const name = params.get("name");
     document.getElementById("title").textContent = name;
+    document.getElementById("inside-link").href = withToken(`/inside?name=${encodeURIComponent(name)}`);
     let rows = [], damaged = [];
     const charts = new Charts(document.getElementById("charts"), await metricNotes());
     const read = controls(() => draw());
@@ -589,5 +590,147 @@ const studio = (() => {
     show();
   }
 
-  return { runsPage, runPage, comparePage, launchPage, tokensPage, dataPage, chatPage };
+  // ---- inside the model: every `tinylm inspect` view of a checkpoint for the prompt typed (/api/inside/*)
+  const shown = (t) => JSON.stringify(t).slice(1, -1).replace(/ /g, "␣");  // a token, its spaces and newlines visible
+  const quoted = (t) => `"${shown(t)}"`;
+
+  // A table of coloured cells: values[r][c] shaded from white to blue (and red below zero when diverging);
+  // text(r, c) is what a cell says (default: nothing), its title the exact value.
+  function heatmap(values, rowLabels, colLabels, { lo = 0, hi = 1, diverging = false, text = null, id = null } = {}) {
+    const shade = (v) => {
+      const x = Math.max(-1, Math.min(1, diverging ? v / Math.max(Math.abs(lo), Math.abs(hi), 1e-9) : (v - lo) / (hi - lo || 1)));
+      return x >= 0 ? `hsl(218 75% ${Math.round(97 - 52 * x)}%)` : `hsl(12 75% ${Math.round(97 + 52 * x)}%)`;
+    };
+    const table = el("table", { class: "heat", ...(id ? { id } : {}) },
+      el("tr", {}, el("th"), ...colLabels.map((c) => el("th", {}, c))),
+      ...values.map((row, r) => el("tr", {}, el("th", {}, rowLabels[r]), ...row.map((v, c) => {
+        const cell = el("td", { title: `${rowLabels[r]} × ${colLabels[c]}: ${fmt(v)}`, "data-value": String(v) },
+          text ? text(r, c) : "");
+        cell.style.background = shade(v);
+        if (Math.abs(diverging ? v / Math.max(Math.abs(lo), Math.abs(hi), 1e-9) : (v - lo) / (hi - lo || 1)) > 0.6) cell.style.color = "#fff";
+        return cell;
+      }))));
+    return el("div", { class: "heat-wrap" }, table);
+  }
+
+  async function insidePage() {
+    let runs;
+    try { runs = (await getJSON("/api/runs")).runs.filter((r) => r.checkpoints.length); } catch (e) { showError(e.message); return; }
+    const $ = (id) => document.getElementById(id);
+    const runSelect = $("run");
+    runSelect.replaceChildren(...runs.map((r) => el("option", { value: r.name }, r.name)));
+    if (params.get("name")) runSelect.value = params.get("name");
+    const fillSteps = () => {
+      const run = runs.find((r) => r.name === runSelect.value);
+      $("step").replaceChildren(el("option", { value: "" }, "newest"),
+        ...(run ? run.checkpoints : []).map((c) => { const s = String(c.step ?? c).replace(/\D/g, ""); return el("option", { value: String(Number(s)) }, `step ${Number(s)}`); }));
+    };
+    fillSteps();
+    const query = (view, fields) => {
+      const q = new URLSearchParams({ name: runSelect.value, ...fields });
+      if ($("step").value) q.set("step", $("step").value);
+      return getJSON(`/api/inside/${view}?${q}`);
+    };
+    const fail = (e) => { showError(e.message); };
+    let attention = null;
+
+    const drawLens = (a) => {
+      const rows = a.lens.map((_, l) => l === a.lens.length - 1 ? `block ${l} (output)` : `block ${l}`);
+      const top = a.lens.map((layer) => layer.map((cell) => cell.probs[0]));
+      $("lens").replaceChildren(heatmap(top, rows, a.tokens.map(shown), { text: (r, c) => shown(a.lens[r][c].tokens[0]).slice(0, 10), id: "lens-grid" }));
+      if (a.target) $("lens").append(el("p", { class: "note" }, `target ${quoted(a.target.token)} at the last position: ` +
+        a.target.prob.map((p, l) => `block ${l} p=${p[p.length - 1].toFixed(3)} (rank ${a.target.rank[l][p.length - 1]})`).join(", ")));
+    };
+    const drawPattern = () => {
+      if (!attention) return;
+      const layerIndex = Number($("layer").value), head = Number($("head").value);
+      const A = attention.attention[layerIndex][head];
+      const labels = attention.tokens.map(shown);
+      $("pattern").replaceChildren(heatmap(A, labels, labels, { id: "attention-grid" }));
+    };
+    const drawAttention = (a) => {
+      attention = a;
+      $("kind").textContent = a.attention_kind;
+      $("layer").replaceChildren(...a.layers.map((l, i) => el("option", { value: String(i) }, String(l))));
+      $("head").replaceChildren(...a.attention[0].map((_, h) => el("option", { value: String(h) }, `${h} (kv ${a.kv_head[h]})`)));
+      drawPattern();
+      const names = ["entropy", "previous_token", "first_token", "induction"];
+      $("scores").replaceChildren(el("table", { id: "head-scores" }, el("tr", {}, ...["layer", "head", "kv head", ...names].map((n) => el("th", {}, n))),
+        ...a.layers.flatMap((l, i) => a.attention[i].map((_, h) => el("tr", {}, el("td", {}, String(l)), el("td", {}, String(h)),
+          el("td", {}, String(a.kv_head[h])), ...names.map((n) => el("td", { class: "num" }, a.scores[n][i][h].toFixed(3))))))));
+    };
+    const drawAttribution = (a) => {
+      const parts = [...a.parts].sort((x, y) => Math.abs(y.value) - Math.abs(x.value));
+      const biggest = Math.max(...parts.map((p) => Math.abs(p.value)), 1e-9);
+      $("attribution").replaceChildren(
+        el("p", {}, `logit of ${quoted(a.target.token)}${a.versus ? " minus " + quoted(a.versus.token) : ""}: ${a.logit.toFixed(4)}; ` +
+          `parts sum to ${a.sum.toFixed(4)} (residual error ${a.residual_error.toExponential(1)})` + (a.before_soft_cap ? ", before the soft cap" : "")),
+        ...parts.slice(0, 24).map((p) => el("div", { class: "bar-row", "data-part": p.name }, el("span", {}, p.name), el("span", { class: "num" }, p.value.toFixed(4)),
+          el("div", { class: "bar " + (p.value >= 0 ? "pos" : "neg"), style: `width:${(100 * Math.abs(p.value) / biggest).toFixed(1)}%` }))));
+    };
+    const look = () => {
+      $("error").hidden = true;
+      const prompt = $("prompt").value, target = $("target").value;
+      query("lens", target ? { prompt, target } : { prompt }).then(drawLens, fail);
+      query("attention", { prompt }).then(drawAttention, fail);
+      query("attribution", target ? { prompt, target } : { prompt }).then(drawAttribution, fail);
+    };
+    const patch = () => {
+      $("error").hidden = true;
+      query("patch", { clean: $("clean").value, corrupt: $("corrupt").value, metric: $("metric").value }).then((a) => {
+        const positions = a.clean.tokens.map(shown);
+        const layers = (n, first) => Array.from({ length: n }, (_, i) => first(i));
+        const opts = (id) => ({ lo: -1, hi: 1, diverging: true, id });
+        $("patch").replaceChildren(
+          el("p", {}, `${a.metric.name} of ${quoted(a.answer.token)} vs ${quoted(a.wrong.token)}: clean ${a.metric.clean.toFixed(3)}, corrupted ${a.metric.corrupted.toFixed(3)}`),
+          el("h3", {}, "residual stream (row 0: the embedding; row l: after block l-1)"),
+          heatmap(a.residual, layers(a.residual.length, (i) => i === 0 ? "embedding" : `after block ${i - 1}`), positions, opts("patch-residual")),
+          el("h3", {}, "MLP outputs"), heatmap(a.mlp, layers(a.mlp.length, (i) => `MLP ${i}`), positions, opts("patch-mlp")),
+          el("h3", {}, "head outputs (every position)"),
+          heatmap(a.heads, layers(a.heads.length, (i) => `layer ${i}`), a.heads[0].map((_, h) => `H${h}`), opts("patch-heads")));
+      }, fail);
+    };
+    const neurons = (fields) => {
+      $("error").hidden = true;
+      query("neurons", fields).then((a) => {
+        if (a.neighbours) {
+          $("neurons").replaceChildren(el("p", {}, `nearest tokens to ${quoted(a.token.token)} in the embedding:`),
+            ...a.neighbours.map((n) => el("div", { class: "example" }, `${n.cosine.toFixed(3)}  ${quoted(n.token)}`)));
+          return;
+        }
+        const top = Math.max(...a.examples.map((e) => e.activation), 1e-9);
+        $("neurons").replaceChildren(el("p", {}, `layer ${a.layer}, neuron ${a.neuron}: its strongest activations over ${a.windows} dev windows`),
+          ...a.examples.map((e) => el("div", { class: "example" }, el("b", {}, e.activation.toFixed(3) + "  "),
+            ...e.tokens.map((t, i) => { const s = el("span", { class: "token", title: fmt(e.activations[i]) }, t);
+              s.style.background = `hsl(30 95% ${Math.round(97 - 45 * Math.max(0, e.activations[i]) / top)}%)`;
+              if (i === e.at) s.style.outline = "1px solid #1d2330";
+              return s; }))));
+      }, fail);
+    };
+    const induction = () => {
+      $("error").hidden = true;
+      $("induction-go").disabled = true;
+      query("induction", {}).then(async (a) => {
+        const notes = await metricNotes();
+        const heads = {};
+        a.induction[0].forEach((row, l) => row.forEach((_, h) => { heads[`L${l}H${h}`] = a.steps.map((s, k) => ({ step: s, "induction score": a.induction[k][l][h] })); }));
+        $("induction").replaceChildren(); $("icl").replaceChildren();
+        new Charts($("induction"), notes).draw(heads, Object.keys(heads), "step", 0, false);
+        new Charts($("icl"), notes).draw({ ICL: a.steps.map((s, k) => ({ step: s, "in-context learning score": a.icl[k] })) }, ["ICL"], "step", 0, false);
+      }, fail).finally(() => { $("induction-go").disabled = false; });
+    };
+    runSelect.onchange = () => { fillSteps(); look(); };
+    $("step").onchange = look;
+    $("look").onclick = look;
+    $("prompt").onkeydown = (e) => { if (e.key === "Enter") look(); };
+    $("layer").onchange = drawPattern;
+    $("head").onchange = drawPattern;
+    $("patch-go").onclick = patch;
+    $("neuron-go").onclick = () => neurons({ layer: $("n-layer").value, neuron: $("n-index").value });
+    $("token-go").onclick = () => neurons({ token: $("n-token").value });
+    $("induction-go").onclick = induction;
+    look();
+  }
+
+  return { runsPage, runPage, comparePage, launchPage, tokensPage, dataPage, chatPage, insidePage };
 })();

@@ -1,0 +1,78 @@
+"""A checkpoint made ready to inspect: float32 on the CPU, in eval mode, with the attention that hooks see.
+
+Inspection reads exact values (identities to 1e-5, comparisons with `transformers`), so the weights stay
+float32 whatever the decode policy would choose. The classic model's hand-written attention and its fused
+path compute the same function; inspection runs the fused one, whose `Attend` call the pattern hook reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from tinylm.checkpoint import load_model
+from tinylm.errors import TinyLMError
+from tinylm.models.attend import Attend
+
+
+@dataclass
+class Inspected:
+    model: nn.Module
+    tokenizer: Any
+    meta: dict[str, Any]
+
+    @property
+    def path(self) -> Path:
+        return Path(self.meta["path"])
+
+    def encode(self, text: str, what: str = "prompt") -> list[int]:
+        if not text:
+            raise TinyLMError(f"the {what} is empty: give some text")
+        ids = self.tokenizer.encode(text)
+        limit = self.model.config.context_length
+        if len(ids) > limit:
+            raise TinyLMError(f"the {what} is {len(ids)} tokens, more than the model's context of {limit}")
+        return ids
+
+    def token_id(self, text: str, what: str = "target") -> int:
+        """The id of `text` as exactly one token (a leading space counts), or one line why not."""
+        ids = self.tokenizer.encode(text)
+        if len(ids) != 1:
+            pieces = " ".join(repr(self.label(i)) for i in ids)
+            raise TinyLMError(f"the {what} {text!r} is {len(ids)} tokens ({pieces}), not one: give a single token")
+        return ids[0]
+
+    def label(self, token_id: int) -> str:
+        """A token as text for labels: its bytes decoded, invalid UTF-8 replaced."""
+        return self.tokenizer.token_bytes(token_id).decode("utf-8", errors="replace")
+
+    def labels(self, ids: list[int]) -> list[str]:
+        return [self.label(i) for i in ids]
+
+
+def load_for_inspection(path: str | Path) -> Inspected:
+    try:
+        model, tokenizer, meta = load_model(path, device="cpu")
+    except TinyLMError:
+        raise
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise TinyLMError(f"cannot load checkpoint {path}: {str(exc).splitlines()[0]}") from None
+    if tokenizer is None:
+        raise TinyLMError(f"checkpoint {meta.get('path', path)} has no tokenizer.json: cannot turn text into tokens")
+    model = model.float().eval()
+    for module in model.modules():
+        if hasattr(module, "impl"):  # the classic model: its fused path calls Attend
+            module.impl = "sdpa"
+        if hasattr(module, "kernel"):  # a training run may have switched to the blockwise kernel
+            module.kernel = "sdpa"
+    if not any(isinstance(m, Attend) for m in model.modules()):
+        raise TinyLMError(f"{path}: this model's attention cannot be inspected")
+    return Inspected(model, tokenizer, meta)
+
+
+def as_batch(ids: list[int]) -> torch.Tensor:
+    return torch.tensor([ids], dtype=torch.long)
