@@ -37,6 +37,7 @@ from tinylm.interpret.patching import activation_patching, metric_of
 from tinylm.models.factory import build_model
 from tinylm.models.hooks.patching import patched
 from tinylm.models.hooks.residual import record_residual
+from tinylm.tokenizer.chat_format import ChatFormat
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 VARIANTS = all_configs()
@@ -270,6 +271,10 @@ def test_an_sft_checkpoint_inspects_like_a_pretraining_one(trained: Path, tmp_pa
     capsys.readouterr()
     lens = inspect_json(capsys, "lens", "--checkpoint", str(tmp_path / "sft"), "--prompt", "What is 2 + 3?")
     assert len(lens["lens"][-1]) == len(lens["ids"])
-    patch = inspect_json(capsys, "patch", "--checkpoint", str(tmp_path / "sft"), "--clean", "What is 2 + 3?",
+    patch = inspect_json(capsys, "patch", "--checkpoint", str(tmp_path / "sft"), "--chat", "--clean", "What is 2 + 3?",
                          "--corrupt", "What is 2 + 4?", "--metric", "logprob")
     assert patch["residual"][-1][-1] == pytest.approx(1.0, abs=1e-9)
+    sft = load_for_inspection(tmp_path / "sft")
+    chat = ChatFormat.from_tokenizer(sft.tokenizer)
+    assert patch["clean"]["ids"] == chat.prompt_ids([{"role": "user", "content": "What is 2 + 3?"}])
+    assert "not a chat model" in refused(capsys, "lens", "--checkpoint", str(trained), "--chat", "--prompt", "x")

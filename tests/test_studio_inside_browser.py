@@ -48,7 +48,8 @@ def grid(browser: webdriver.Chrome, table: str) -> list[list[str]]:
     """A heatmap's cells, row by row (their data-value), [] while it is not drawn."""
     return browser.execute_script(
         f"const t = document.getElementById('{table}'); if (!t) return [];"
-        "return [...t.querySelectorAll('tr')].slice(1).map(r => [...r.querySelectorAll('td')].map(c => c.dataset.value));")
+        "return [...t.querySelectorAll('tr')].slice(1)"
+        ".map(r => [...r.querySelectorAll('td')].map(c => c.dataset.value));")
 
 
 def test_a_prompt_typed_redraws_the_lens_attention_and_attribution(browser: webdriver.Chrome, root: Path,

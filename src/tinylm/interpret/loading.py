@@ -17,6 +17,7 @@ from torch import nn
 from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
 from tinylm.models.attend import Attend
+from tinylm.tokenizer.chat_format import ChatFormat
 
 
 @dataclass
@@ -29,10 +30,18 @@ class Inspected:
     def path(self) -> Path:
         return Path(self.meta["path"])
 
-    def encode(self, text: str, what: str = "prompt") -> list[int]:
+    def encode(self, text: str, what: str = "prompt", chat: bool = False) -> list[int]:
+        """The prompt's ids; with `chat`, `text` as a user message in the checkpoint's chat format, followed by
+        the assistant's turn opening (what a chat model answers from)."""
         if not text:
             raise TinyLMError(f"the {what} is empty: give some text")
-        ids = self.tokenizer.encode(text)
+        if chat:
+            if not self.meta.get("chat_template"):
+                raise TinyLMError(f"{self.path} is not a chat model (its checkpoint has no chat template): "
+                                  "look at the text as it is, without --chat")
+            ids = ChatFormat.from_tokenizer(self.tokenizer).prompt_ids([{"role": "user", "content": text}])
+        else:
+            ids = self.tokenizer.encode(text)
         limit = self.model.config.context_length
         if len(ids) > limit:
             raise TinyLMError(f"the {what} is {len(ids)} tokens, more than the model's context of {limit}")

@@ -7,7 +7,8 @@
     GET /api/inside/neurons?name=RUN&layer=L&neuron=I | &token=TOK [&step=N]
     GET /api/inside/induction?name=RUN
 
-Each answer is the JSON `tinylm inspect VIEW --json` prints, from the same functions (interpret/). A loaded
+Each answer is the JSON `tinylm inspect VIEW --json` prints, from the same functions (interpret/); `chat=true`
+reads the prompts as a user message of a chat model, as `--chat` does. A loaded
 model is kept while its checkpoint is unchanged, and one request inspects at a time: the hooks are
 attached to that one model. A checkpoint that cannot be inspected (a reward model, damaged files, no
 tokenizer) is a 4xx naming why.
@@ -23,8 +24,15 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 
-from tinylm.checkpoint.layout import list_checkpoints
+from tinylm.checkpoint.layout import SNAPSHOTS, list_checkpoints
 from tinylm.errors import TinyLMError
+from tinylm.interpret.attention import attention_view
+from tinylm.interpret.attribution import logit_attribution
+from tinylm.interpret.induction import induction_curve
+from tinylm.interpret.lens import lens_logits, logit_lens
+from tinylm.interpret.loading import load_for_inspection
+from tinylm.interpret.neurons import embedding_neighbours, top_activations
+from tinylm.interpret.patching import activation_patching
 from tinylm.studio.runs import StudioError, resolve_run
 
 PROMPT_LIMIT = 2_000  # characters
@@ -56,8 +64,6 @@ class InsideModels:
 
     def run(self, run: Path, step: int | None, view: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
         """`view(inspected)` on the run's checkpoint (newest, or at `step`), errors as a 4xx."""
-        from tinylm.interpret.loading import load_for_inspection  # torch: loaded on the first question
-
         path = self.checkpoint(run, step)
         key = (str(path), (path / "model.safetensors").stat().st_mtime_ns)
         with self.lock:
@@ -71,9 +77,7 @@ class InsideModels:
                 raise refusal(exc) from None
 
     def induction(self, run: Path) -> dict[str, Any]:
-        from tinylm.checkpoint.layout import SNAPSHOTS
-        from tinylm.interpret.induction import induction_curve
-
+        """The run's induction curve, kept until a checkpoint or snapshot is added."""
         key = tuple(str(p) for p in [*list_checkpoints(run / SNAPSHOTS), *list_checkpoints(run)])
         with self.lock:
             if key not in self.curves:
@@ -95,49 +99,45 @@ def inside_routes(root: Path) -> APIRouter:
         return Query(..., min_length=1, max_length=PROMPT_LIMIT)
 
     @routes.get("/api/inside/lens")
-    async def lens(name: str, prompt: str = text(), target: str | None = None, top: int = Query(5, ge=1, le=50),
-                   step: int | None = None) -> dict[str, Any]:
-        from tinylm.interpret.lens import logit_lens
+    async def lens(name: str, prompt: str = text(), chat: bool = False, target: str | None = None,
+                   top: int = Query(5, ge=1, le=50), step: int | None = None) -> dict[str, Any]:
 
         def view(i: Any) -> dict[str, Any]:
-            return logit_lens(i, i.encode(prompt), top, i.token_id(target) if target else None)
+            return logit_lens(i, i.encode(prompt, chat=chat), top, i.token_id(target) if target else None)
         return await answer(name, step, view)
 
     @routes.get("/api/inside/attention")
-    async def attention(name: str, prompt: str = text(), layer: int | None = None,
+    async def attention(name: str, prompt: str = text(), chat: bool = False, layer: int | None = None,
                         step: int | None = None) -> dict[str, Any]:
-        from tinylm.interpret.attention import attention_view
 
-        return await answer(name, step, lambda i: attention_view(i, i.encode(prompt), layer))
+        return await answer(name, step, lambda i: attention_view(i, i.encode(prompt, chat=chat), layer))
 
     @routes.get("/api/inside/attribution")
-    async def attribution(name: str, prompt: str = text(), target: str | None = None, versus: str | None = None,
-                          step: int | None = None) -> dict[str, Any]:
-        from tinylm.interpret.attribution import logit_attribution
-        from tinylm.interpret.lens import lens_logits
+    async def attribution(name: str, prompt: str = text(), chat: bool = False, target: str | None = None,
+                          versus: str | None = None, step: int | None = None) -> dict[str, Any]:
 
         def view(i: Any) -> dict[str, Any]:
-            ids = i.encode(prompt)
+            ids = i.encode(prompt, chat=chat)
             chosen = i.token_id(target) if target else int(lens_logits(i, ids)[-1, -1].argmax())
             return logit_attribution(i, ids, chosen, i.token_id(versus, "versus token") if versus else None)
         return await answer(name, step, view)
 
     @routes.get("/api/inside/patch")
-    async def patch(name: str, clean: str = text(), corrupt: str = text(), metric: str = "logit_diff",
+    async def patch(name: str, clean: str = text(), corrupt: str = text(), chat: bool = False,
+                    metric: str = "logit_diff",
                     answer_token: str | None = Query(None, alias="answer"), wrong: str | None = None,
                     step: int | None = None) -> dict[str, Any]:
-        from tinylm.interpret.patching import activation_patching
 
         def view(i: Any) -> dict[str, Any]:
-            return activation_patching(i, i.encode(clean, "clean prompt"), i.encode(corrupt, "corrupted prompt"),
-                                       metric, i.token_id(answer_token, "answer") if answer_token else None,
+            return activation_patching(i, i.encode(clean, "clean prompt", chat),
+                                       i.encode(corrupt, "corrupted prompt", chat), metric,
+                                       i.token_id(answer_token, "answer") if answer_token else None,
                                        i.token_id(wrong, "wrong answer") if wrong else None)
         return await answer(name, step, view)
 
     @routes.get("/api/inside/neurons")
     async def neurons(name: str, layer: int = 0, neuron: int | None = None, token: str | None = None,
                       top: int = Query(10, ge=1, le=50), step: int | None = None) -> dict[str, Any]:
-        from tinylm.interpret.neurons import embedding_neighbours, top_activations
 
         def view(i: Any) -> dict[str, Any]:
             if token:

@@ -317,10 +317,7 @@ class _Run:
                 evaluated_at = self.step
                 if stopped is None and (why := stage.target_reached(evaluation)):
                     stopped, self.target = "target", why
-            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and stopped is None:
-                self.checkpoints.save(self.step, self.tokens, {"loss": loss_value, **evaluation}, clock)
-            if cfg.snapshot_every and self.step % cfg.snapshot_every == 0:
-                self.checkpoints.snapshot(self.step, self.tokens, {"loss": loss_value})
+            self.checkpoints.periodic(self.step, self.tokens, {"loss": loss_value, **evaluation}, clock, stopped)
         self.progress.close()
         return self._finish(stopped, start_step, last_loss, evaluation, evaluated_at, logger,
                             tokens_per_s=total_tokens / max(clock.training - trained_before, 1e-9), mfu=mfu)

@@ -71,6 +71,14 @@ class RunCheckpoints:
         barrier(env)
         return path
 
+    def periodic(self, step: int, tokens: int, metrics: dict[str, Any], clock: RunClock, stopped: str | None) -> None:
+        """After a step: the checkpoint every --checkpoint-every steps (not at a stop, which saves its own) and the
+        weights-only snapshot every --snapshot-every."""
+        if self.cfg.checkpoint_every and step % self.cfg.checkpoint_every == 0 and stopped is None:
+            self.save(step, tokens, metrics, clock)
+        if self.cfg.snapshot_every and step % self.cfg.snapshot_every == 0:
+            self.snapshot(step, tokens, {"loss": metrics["loss"]})
+
     def snapshot(self, step: int, tokens: int, metrics: dict[str, Any]) -> None:
         """The weights alone at `step`, in RUN/snapshots/checkpoints/step_N: a few megabytes where a checkpoint
         carries the optimizer's moments too, so a run can keep dozens (how induction heads form, step by step)."""

@@ -11,8 +11,8 @@ Views (each prints a readable summary, or with --json everything the studio's In
 examples:
   tinylm inspect lens --checkpoint runs/tiny-modern --prompt "def main():" --target " return"
   tinylm inspect attention --checkpoint runs/tiny-modern --prompt "a b c a b c" --layer 1 --json
-  tinylm inspect attribution --checkpoint runs/pipeline/sft --prompt "What is 23 + 45?" --target 6
-  tinylm inspect patch --checkpoint runs/pipeline/sft --clean "What is 23 + 45?" --corrupt "What is 23 + 46?"
+  tinylm inspect attribution --checkpoint runs/pipeline/sft --chat --prompt "What is 23 + 45?"
+  tinylm inspect patch --checkpoint runs/pipeline/sft --chat --clean "What is 23 + 45?" --corrupt "What is 23 + 46?"
   tinylm inspect neurons --checkpoint runs/tiny-modern --layer 0 --neuron 17
   tinylm inspect induction --checkpoint runs/tiny-modern      (with `tinylm train --snapshot-every 50`)
 """
@@ -25,18 +25,25 @@ from typing import Any
 
 from tinylm.cli.options import add_option
 from tinylm.errors import TinyLMError
+from tinylm.interpret.attention import attention_view
+from tinylm.interpret.attribution import logit_attribution
+from tinylm.interpret.induction import induction_curve
+from tinylm.interpret.lens import lens_logits, logit_lens
+from tinylm.interpret.loading import load_for_inspection
+from tinylm.interpret.neurons import embedding_neighbours, top_activations
+from tinylm.interpret.patching import METRICS, activation_patching
 from tinylm.options import CHECKPOINT, JSON
 
 HELP = "look inside a checkpoint: logit lens, attention, attribution, patching, neurons, induction heads"
 VIEWS = ("lens", "attention", "attribution", "patch", "neurons", "induction")
-METRICS = ("logit_diff", "logprob")  # interpret/patching.py's, named here so --help needs no torch
 
 
 # which views read each option (an option given to another view is refused: it would be silently ignored)
 OPTION_VIEWS: dict[str, tuple[str, ...]] = {
     "prompt": ("lens", "attention", "attribution"), "target": ("lens", "attribution"),
     "layer": ("attention", "neurons"), "versus": ("attribution",), "position": ("attribution",),
-    "clean": ("patch",), "corrupt": ("patch",), "metric": ("patch",), "answer": ("patch",), "wrong": ("patch",),
+    "chat": ("lens", "attention", "attribution", "patch"), "clean": ("patch",), "corrupt": ("patch",),
+    "metric": ("patch",), "answer": ("patch",), "wrong": ("patch",),
     "neuron": ("neurons",), "token": ("neurons",), "top": ("lens", "neurons"), "data": ("neurons", "induction"),
 }
 REQUIRED: dict[str, tuple[str, ...]] = {"lens": ("prompt",), "attention": ("prompt",), "attribution": ("prompt",),
@@ -48,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_option(parser, "checkpoint", CHECKPOINT)
     add_option(parser, "json", JSON, False, note="(what the studio's Inside page draws)")
     parser.add_argument("--prompt", metavar="TEXT", help="lens, attention, attribution: the text to look at")
+    parser.add_argument("--chat", action="store_true", default=None,
+                        help="lens, attention, attribution, patch: each prompt is a user message in the chat model's "
+                             "format, up to the opening of its answer")
     parser.add_argument("--target", metavar="TOKEN", help="lens, attribution: a token (exactly one of the "
                         "tokenizer's, leading space included); attribution's default: the top guess")
     parser.add_argument("--layer", type=int, metavar="N", help="attention: only this layer; neurons: the MLP's layer")
@@ -83,28 +93,21 @@ def check_view_options(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_view_options(args)
-    from tinylm.interpret.loading import load_for_inspection  # torch loads here, after the arguments are checked
-
     if args.view == "induction":
-        from tinylm.interpret.induction import induction_curve
-
         return emit(induction_curve(args.checkpoint, args.data), args.json, show_induction)
     inspected = load_for_inspection(args.checkpoint)
-    if args.view == "lens":
-        from tinylm.interpret.lens import logit_lens
 
+    def encode(text: str, what: str = "prompt") -> list[int]:
+        return inspected.encode(text, what, bool(args.chat))
+
+    if args.view == "lens":
         target = inspected.token_id(args.target) if args.target is not None else None
-        return emit(logit_lens(inspected, inspected.encode(args.prompt), args.top or 5, target), args.json,
+        return emit(logit_lens(inspected, encode(args.prompt), args.top or 5, target), args.json,
                     show_lens)
     if args.view == "attention":
-        from tinylm.interpret.attention import attention_view
-
-        return emit(attention_view(inspected, inspected.encode(args.prompt), args.layer), args.json, show_attention)
+        return emit(attention_view(inspected, encode(args.prompt), args.layer), args.json, show_attention)
     if args.view == "attribution":
-        from tinylm.interpret.attribution import logit_attribution
-        from tinylm.interpret.lens import lens_logits
-
-        ids = inspected.encode(args.prompt)
+        ids = encode(args.prompt)
         position = -1 if args.position is None else args.position
         if args.target is not None:
             target = inspected.token_id(args.target)
@@ -113,16 +116,12 @@ def run(args: argparse.Namespace) -> int:
         versus = inspected.token_id(args.versus, "--versus token") if args.versus is not None else None
         return emit(logit_attribution(inspected, ids, target, versus, position), args.json, show_attribution)
     if args.view == "patch":
-        from tinylm.interpret.patching import activation_patching
-
         answer = inspected.token_id(args.answer, "answer") if args.answer is not None else None
         wrong = inspected.token_id(args.wrong, "wrong answer") if args.wrong is not None else None
-        result = activation_patching(inspected, inspected.encode(args.clean, "clean prompt"),
-                                     inspected.encode(args.corrupt, "corrupted prompt"), args.metric or "logit_diff",
+        result = activation_patching(inspected, encode(args.clean, "clean prompt"),
+                                     encode(args.corrupt, "corrupted prompt"), args.metric or "logit_diff",
                                      answer, wrong)
         return emit(result, args.json, show_patch)
-    from tinylm.interpret.neurons import embedding_neighbours, top_activations
-
     top = args.top or 10
     if args.token is not None:
         return emit(embedding_neighbours(inspected, inspected.token_id(args.token, "token"), top), args.json,

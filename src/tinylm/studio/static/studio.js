@@ -627,7 +627,8 @@ const studio = (() => {
     };
     fillSteps();
     const query = (view, fields) => {
-      const q = new URLSearchParams({ name: runSelect.value, ...fields });
+      const chat = ["lens", "attention", "attribution", "patch"].includes(view) && $("chat").checked ? { chat: "true" } : {};
+      const q = new URLSearchParams({ name: runSelect.value, ...chat, ...fields });
       if ($("step").value) q.set("step", $("step").value);
       return getJSON(`/api/inside/${view}?${q}`);
     };
@@ -721,6 +722,7 @@ const studio = (() => {
     };
     runSelect.onchange = () => { fillSteps(); look(); };
     $("step").onchange = look;
+    $("chat").onchange = look;
     $("look").onclick = look;
     $("prompt").onkeydown = (e) => { if (e.key === "Enter") look(); };
     $("layer").onchange = drawPattern;

@@ -1,0 +1,101 @@
+"""Induction heads forming in a two-block `tiny` model on the demo corpus, over seeds: is there a phase change?
+
+    python benchmarks/induction_heads.py --out /tmp/induction [--seeds 1 2 3] [--steps 800] [--every 25]
+
+For each seed: `tinylm train` on the embedded corpus (the demo's data) with `--set n_blocks=2` and
+`--snapshot-every`, then `tinylm inspect induction --json` on the run. The head that ends with the highest
+induction score is followed through training; its phase change is the window of `--window` consecutive
+snapshots over which its score rises most. The phase change "appears" when that window holds at least
+half of the head's whole rise, and the in-context-learning score falls within the same window by at
+least a third of its whole fall (Olsson et al. 2022: both move together, in a short stretch of
+training). Prints one JSON object and draws `induction-heads.png` in --out (every seed's best head and
+ICL score by step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def tinylm(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "tinylm", *args], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"tinylm {' '.join(args)} failed:\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def phase_change(steps: list[int], head: list[float], icl: list[float], window: int) -> dict[str, float | int | bool]:
+    """The `window`-snapshot stretch where the head's induction score rises most, and what ICL does there."""
+    best = max(range(len(steps) - window), key=lambda i: head[i + window] - head[i])
+    rise, total_rise = head[best + window] - head[best], max(head) - head[0]
+    fall, total_fall = icl[best] - icl[best + window], icl[0] - min(icl)
+    return {"from_step": steps[best], "to_step": steps[best + window], "induction_before": head[best],
+            "induction_after": head[best + window], "rise_share": rise / total_rise if total_rise > 0 else 0.0,
+            "icl_before": icl[best], "icl_after": icl[best + window],
+            "icl_fall_share": fall / total_fall if total_fall > 0 else 0.0,
+            "appears": total_rise > 0 and rise >= 0.5 * total_rise and total_fall > 0 and fall >= total_fall / 3}
+
+
+def draw(curves: dict[int, dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for seed, curve in curves.items():
+        layer, head = curve["best_head"]
+        scores = [c[layer][head] for c in curve["induction"]]
+        line = top.plot(curve["steps"], scores, label=f"seed {seed}: L{layer}H{head}")[0]
+        bottom.plot(curve["steps"], curve["icl"], color=line.get_color(), label=f"seed {seed}")
+        change = curve["phase_change"]
+        if change["appears"]:
+            for axis in (top, bottom):
+                axis.axvspan(change["from_step"], change["to_step"], color=line.get_color(), alpha=0.12)
+    top.set_ylabel("induction score\n(best head)")
+    bottom.set_ylabel("in-context learning score\n(late - early loss)")
+    bottom.set_xlabel("step")
+    top.legend(fontsize=8)
+    top.set_title("two-block tiny model on the demo corpus: induction heads forming")
+    fig.tight_layout()
+    fig.savefig(out / "induction-heads.png", dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--steps", type=int, default=800)
+    parser.add_argument("--every", type=int, default=25, help="steps between snapshots")
+    parser.add_argument("--window", type=int, default=4, help="snapshots in a phase-change window")
+    parser.add_argument("--threads", type=int, default=None, help="per run (several instances can share a machine)")
+    args = parser.parse_args()
+    data = args.out / "data"
+    if not (data / "train.bin").is_file():
+        tinylm("prepare", "--out", str(data), "--no-progress")
+    curves = {}
+    for seed in args.seeds:
+        run = args.out / f"seed{seed}"
+        if not (run / "checkpoints").is_dir():
+            tinylm("train", "--data", str(data), "--out", str(run), "--set", "n_blocks=2", "--seed", str(seed),
+                   "--max-steps", str(args.steps), "--snapshot-every", str(args.every), "--no-progress",
+                   *(["--threads", str(args.threads)] if args.threads else []))
+        curve = json.loads(tinylm("inspect", "induction", "--checkpoint", str(run), "--json"))
+        layer, head = curve["best_head"]
+        curve["phase_change"] = phase_change(curve["steps"], [c[layer][head] for c in curve["induction"]],
+                                             curve["icl"], args.window)
+        curves[seed] = curve
+        print(json.dumps({"seed": seed, "best_head": curve["best_head"], **curve["phase_change"]}), file=sys.stderr)
+    draw(curves, args.out)
+    print(json.dumps({"steps": args.steps, "every": args.every, "window": args.window,
+                      "appears_in": sum(c["phase_change"]["appears"] for c in curves.values()),
+                      "seeds": {s: {"best_head": c["best_head"], **c["phase_change"]} for s, c in curves.items()},
+                      "curves": {s: {k: c[k] for k in ("steps", "induction", "icl")} for s, c in curves.items()}}))
+
+
+if __name__ == "__main__":
+    main()
