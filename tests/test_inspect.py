@@ -204,7 +204,8 @@ def test_snapshots_are_weights_only_and_the_induction_view_reads_them(trained: P
                            capsys.readouterr().out)
 
 
-def test_every_view_prints_json_on_a_trained_run(trained: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_view_prints_json_on_a_trained_run(trained: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
     run = str(trained)
     inspected = load_for_inspection(run)
     ids = inspected.encode("def alpha(beta, gamma):")
@@ -227,6 +228,14 @@ def test_every_view_prints_json_on_a_trained_run(trained: Path, capsys: pytest.C
     assert values == sorted(values, reverse=True) and len(values) == 4
     assert all(e["activations"][e["at"]] == e["activation"] for e in neurons["examples"])
     assert neurons["data"] == str(data_dir())
+    width = inspected.model.blocks[1].mlp.down.in_features
+    one_hot = tmp_path / "direction.json"
+    one_hot.write_text(json.dumps([1.0 if i == 3 else 0.0 for i in range(width)]))
+    along = inspect_json(capsys, "neurons", "--checkpoint", run, "--layer", "1", "--direction", str(one_hot),
+                         "--top", "4")
+    assert along["examples"] == neurons["examples"] and along["neuron"] is None
+    head = inspect_json(capsys, "attention", "--checkpoint", run, "--prompt", "def alpha(beta, gamma):", "--head", "1")
+    assert head["heads"] == [1] and head["attention"][1][0] == attention["attention"][0][1]
     token = inspected.label(ids[0])
     neighbours = inspect_json(capsys, "neurons", "--checkpoint", run, "--token", token, "--top", "3")
     assert len(neighbours["neighbours"]) == 3 and ids[0] not in [n["id"] for n in neighbours["neighbours"]]
@@ -248,6 +257,11 @@ def test_bad_input_is_one_line(trained: Path, tmp_path: Path, capsys: pytest.Cap
     assert "unknown view" in refused(capsys, "lenz", "--checkpoint", run, "--prompt", "x")
     assert "needs --corrupt" in refused(capsys, "patch", "--checkpoint", run, "--clean", "x")
     assert "at least 1" in refused(capsys, "lens", "--checkpoint", run, "--prompt", "x", "--top", "0")
+    assert "out of range" in refused(capsys, "attention", "--checkpoint", run, "--prompt", "x", "--head", "2")
+    (tmp_path / "short.json").write_text("[1, 2]")
+    (tmp_path / "text.json").write_text('{"a": 1}')
+    for file, words in (("short.json", "has 2 numbers"), ("text.json", "JSON list")):
+        assert words in refused(capsys, "neurons", "--checkpoint", run, "--direction", str(tmp_path / file))
     reward = tmp_path / "reward"
     shutil.copytree(trained, reward)
     checkpoint = list_checkpoints(reward)[-1]

@@ -56,19 +56,23 @@ def head_scores(pattern: torch.Tensor, ids: list[int]) -> dict[str, torch.Tensor
     return {"entropy": entropy, "previous_token": previous, "first_token": first, "induction": induction}
 
 
-def attention_view(inspected: Inspected, ids: list[int], layer: int | None = None) -> dict[str, Any]:
+def attention_view(inspected: Inspected, ids: list[int], layer: int | None = None,
+                   head: int | None = None) -> dict[str, Any]:
     """{"ids", "tokens", "attention": A[layer][head][query][key], "scores": {name: [layer][head]},
-    "kv_head": the key/value head each query head reads, "layers": which layers A holds}."""
+    "kv_head": the key/value head each query head reads, "layers" and "heads": which ones A holds}."""
     config = inspected.model.config
     if layer is not None and not 0 <= layer < config.n_blocks:
         raise TinyLMError(f"--layer {layer} is out of range: this model has layers 0 to {config.n_blocks - 1}")
+    if head is not None and not 0 <= head < config.n_head:
+        raise TinyLMError(f"--head {head} is out of range: this model has heads 0 to {config.n_head - 1}")
     patterns = attention_patterns(inspected, ids)
     scores = head_scores(patterns, ids)
     layers = [layer] if layer is not None else list(range(config.n_blocks))
+    heads = [head] if head is not None else list(range(config.n_head))
     return {
-        "ids": ids, "tokens": inspected.labels(ids), "layers": layers,
-        "attention": patterns[layers].tolist(),
-        "scores": {name: value[layers].tolist() for name, value in scores.items()},
+        "ids": ids, "tokens": inspected.labels(ids), "layers": layers, "heads": heads,
+        "attention": patterns[layers][:, heads].tolist(),
+        "scores": {name: value[layers][:, heads].tolist() for name, value in scores.items()},
         "kv_head": kv_head_of(inspected.model),
         "attention_kind": attention_kind(config),
     }

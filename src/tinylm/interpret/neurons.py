@@ -36,12 +36,17 @@ def neuron_count(inspected: Inspected, layer: int) -> int:
 
 
 @torch.no_grad()
-def top_activations(inspected: Inspected, layer: int, neuron: int, data_dir: str | Path | None = None,
-                    windows: int = 64, top: int = 10) -> dict[str, Any]:
+def top_activations(inspected: Inspected, layer: int, neuron: int | None, data_dir: str | Path | None = None,
+                    windows: int = 64, top: int = 10, direction: list[float] | None = None) -> dict[str, Any]:
     """{"layer", "neuron", "data", "examples": [{"activation", "tokens", "ids", "activations", "at"}]}: the
-    `top` strongest activations of the neuron over the first `windows` context-long dev windows."""
+    `top` strongest activations of the neuron (or of the projection on `direction`, one weight per neuron)
+    over the first `windows` context-long dev windows."""
     width = neuron_count(inspected, layer)
-    if not 0 <= neuron < width:
+    if direction is not None:
+        if len(direction) != width:
+            raise TinyLMError(f"--direction has {len(direction)} numbers: layer {layer}'s MLP has {width} neurons")
+        weights = torch.tensor(direction)
+    elif not 0 <= neuron < width:
         raise TinyLMError(f"--neuron {neuron} is out of range: layer {layer}'s MLP has neurons 0 to {width - 1}")
     data = checked_dev_data(data_dir or pretraining_data(inspected.meta), inspected.tokenizer, "inspect neurons")
     model = inspected.model
@@ -51,7 +56,7 @@ def top_activations(inspected: Inspected, layer: int, neuron: int, data_dir: str
         for x, _ in iter_sequential(data, batch_size=8, seq_len=seq_len, max_batches=max(1, windows // 8)):
             model(x)
             ids_all.append(x)
-            acts_all.append(kept[0][..., neuron].float())
+            acts_all.append(kept[0].float() @ weights if direction is not None else kept[0][..., neuron].float())
     ids, acts = torch.cat(ids_all), torch.cat(acts_all)  # [N, T]
     best = acts.flatten().topk(min(top, acts.numel())).indices
     examples = []

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+from pathlib import Path
 from typing import Any
 
 from tinylm.cli.options import add_option
@@ -41,10 +43,11 @@ VIEWS = ("lens", "attention", "attribution", "patch", "neurons", "induction")
 # which views read each option (an option given to another view is refused: it would be silently ignored)
 OPTION_VIEWS: dict[str, tuple[str, ...]] = {
     "prompt": ("lens", "attention", "attribution"), "target": ("lens", "attribution"),
-    "layer": ("attention", "neurons"), "versus": ("attribution",), "position": ("attribution",),
+    "layer": ("attention", "neurons"), "head": ("attention",), "versus": ("attribution",), "position": ("attribution",),
     "chat": ("lens", "attention", "attribution", "patch"), "clean": ("patch",), "corrupt": ("patch",),
     "metric": ("patch",), "answer": ("patch",), "wrong": ("patch",),
-    "neuron": ("neurons",), "token": ("neurons",), "top": ("lens", "neurons"), "data": ("neurons", "induction"),
+    "neuron": ("neurons",), "direction": ("neurons",), "token": ("neurons",), "top": ("lens", "neurons"),
+    "data": ("neurons", "induction"),
 }
 REQUIRED: dict[str, tuple[str, ...]] = {"lens": ("prompt",), "attention": ("prompt",), "attribution": ("prompt",),
                                         "patch": ("clean", "corrupt")}
@@ -61,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", metavar="TOKEN", help="lens, attribution: a token (exactly one of the "
                         "tokenizer's, leading space included); attribution's default: the top guess")
     parser.add_argument("--layer", type=int, metavar="N", help="attention: only this layer; neurons: the MLP's layer")
+    parser.add_argument("--head", type=int, metavar="H", help="attention: only this head")
     parser.add_argument("--versus", metavar="TOKEN", help="attribution: attribute the logit difference target - versus")
     parser.add_argument("--position", type=int, metavar="P", help="attribution: the position (default: the last)")
     parser.add_argument("--clean", metavar="TEXT", help="patch: the prompt whose behaviour is restored")
@@ -70,6 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--answer", metavar="TOKEN", help="patch: default: the clean prompt's top guess")
     parser.add_argument("--wrong", metavar="TOKEN", help="patch: default: the corrupted prompt's top other guess")
     parser.add_argument("--neuron", type=int, metavar="I", help="neurons: which neuron of --layer's MLP")
+    parser.add_argument("--direction", metavar="FILE", help="neurons: a JSON list of one weight per neuron of "
+                        "--layer's MLP: rank windows by that direction in neuron space instead of one neuron")
     parser.add_argument("--token", metavar="TOKEN", help="neurons: its nearest tokens in the embedding instead")
     parser.add_argument("--top", type=int, metavar="K", help="lens: guesses per layer and position (default 5); "
                         "neurons: how many windows or tokens (default 10)")
@@ -105,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         return emit(logit_lens(inspected, encode(args.prompt), args.top or 5, target), args.json,
                     show_lens)
     if args.view == "attention":
-        return emit(attention_view(inspected, encode(args.prompt), args.layer), args.json, show_attention)
+        return emit(attention_view(inspected, encode(args.prompt), args.layer, args.head), args.json, show_attention)
     if args.view == "attribution":
         ids = encode(args.prompt)
         position = -1 if args.position is None else args.position
@@ -126,10 +132,23 @@ def run(args: argparse.Namespace) -> int:
     if args.token is not None:
         return emit(embedding_neighbours(inspected, inspected.token_id(args.token, "token"), top), args.json,
                     show_neighbours)
-    if args.neuron is None:
-        raise TinyLMError("inspect neurons: give --neuron I (with --layer N) or --token TOKEN")
-    return emit(top_activations(inspected, args.layer or 0, args.neuron, args.data, top=top), args.json,
-                show_neurons)
+    if (args.neuron is None) == (args.direction is None):
+        raise TinyLMError("inspect neurons: give one of --neuron I or --direction FILE (with --layer N), or --token")
+    direction = read_direction(args.direction) if args.direction is not None else None
+    return emit(top_activations(inspected, args.layer or 0, args.neuron, args.data, top=top, direction=direction),
+                args.json, show_neurons)
+
+
+def read_direction(path: str) -> list[float]:
+    """A JSON list of numbers, or one line naming the file and what is wrong."""
+    try:
+        values = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TinyLMError(f"--direction {path}: cannot read a JSON list from it ({exc})") from None
+    if not isinstance(values, list) or not values or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+        raise TinyLMError(f"--direction {path}: must hold a JSON list of finite numbers, one per neuron")
+    return [float(v) for v in values]
 
 
 def emit(result: dict[str, Any], as_json: bool, show: Any) -> int:
@@ -197,7 +216,8 @@ def show_patch(r: dict[str, Any]) -> str:
 
 
 def show_neurons(r: dict[str, Any]) -> str:
-    lines = [f"layer {r['layer']} neuron {r['neuron']}: top activations over {r['windows']} dev windows of {r['data']}"]
+    which = f"neuron {r['neuron']}" if r["neuron"] is not None else "the direction given"
+    lines = [f"layer {r['layer']} {which}: top activations over {r['windows']} dev windows of {r['data']}"]
     for e in r["examples"]:
         text = "".join(f"[[{t}]]" if i == e["at"] else t for i, t in enumerate(e["tokens"]))
         lines.append(f"  {e['activation']:8.3f}  {_tok(text)}")
