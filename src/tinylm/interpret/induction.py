@@ -9,8 +9,8 @@ after the earlier `A` (that `B`) and predicts it. Measured on sequences that car
 A head that does nothing else scores 1; an ordinary head about 1 / (n + i). The same model's
 in-context-learning score is what the heads buy on real text:
 
-    ICL score = mean loss at late positions (the last tenth of the window)
-              - mean loss at early positions (the second twentieth)         (negative: context helps)
+    ICL score = mean loss at late positions (the second half of the window)
+              - mean loss at early positions (T/32 to T/16: 8 to 15 of 256)   (negative: context helps)
 
 Olsson et al. found the two change together in a short window of training, the "phase change", for
 every model with two or more layers. `induction_curve` measures both on every checkpoint and
@@ -57,8 +57,10 @@ def repeated_sequence_score(attention: torch.Tensor, n: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def icl_score(inspected: Inspected, data_dir: str | Path | None = None, windows: int = 32) -> float:
-    """Mean loss over the last tenth of each context-long dev window minus that over its second twentieth."""
+def icl_score(inspected: Inspected, data_dir: str | Path | None = None, windows: int = 64) -> float:
+    """Mean loss over the second half of each context-long dev window minus that over positions T/32 to T/16
+    (Olsson et al. take token 500 minus token 50 of longer windows: late against early, early not the very
+    first tokens, which no model predicts well)."""
     model = inspected.model
     data = checked_dev_data(data_dir or pretraining_data(inspected.meta), inspected.tokenizer, "induction")
     T = model.config.context_length
@@ -67,7 +69,7 @@ def icl_score(inspected: Inspected, data_dir: str | Path | None = None, windows:
         logits = model(x)[0]
         losses.append(F.cross_entropy(logits.transpose(1, 2), y, reduction="none"))
     loss = torch.cat(losses).mean(dim=0)  # [T]: mean loss at each position
-    late, early = loss[T - T // 10:], loss[T // 20 : T // 10]
+    late, early = loss[T // 2 :], loss[T // 32 : T // 16]
     return float(late.mean() - early.mean())
 
 
