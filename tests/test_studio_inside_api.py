@@ -44,8 +44,11 @@ def test_every_view_answers_what_the_command_prints(root: Path, capsys: pytest.C
         assert get("neurons", layer="1", neuron="2") == cli(capsys, "neurons", "--checkpoint", run, "--layer", "1",
                                                             "--neuron", "2")
         assert get("induction") == cli(capsys, "induction", "--checkpoint", run)
-        older = get("lens", prompt=prompt, step="12")
-        assert older == get("lens", prompt=prompt)  # step 12 is the newest checkpoint
+        assert get("lens", prompt=prompt, step="12") == get("lens", prompt=prompt)  # the newest checkpoint
+        assert httpx.get(f"{url}/api/inside/steps", params={"name": "lm"}).json() == {"steps": [4, 8, 12]}
+        snapshot = get("lens", prompt=prompt, step="4")  # a weights-only snapshot
+        assert snapshot == cli(capsys, "lens", "--checkpoint", str(root / "lm" / "snapshots" / "checkpoints" /
+                                                                  "step_00000004"), "--prompt", prompt)
 
 
 def test_bad_questions_are_4xx_with_the_reason_and_the_studio_keeps_serving(root: Path) -> None:

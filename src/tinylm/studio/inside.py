@@ -6,6 +6,7 @@
     GET /api/inside/patch?name=RUN&clean=T&corrupt=T[&metric=M&answer=TOK&wrong=TOK&step=N]
     GET /api/inside/neurons?name=RUN&layer=L&neuron=I | &token=TOK [&step=N]
     GET /api/inside/induction?name=RUN
+    GET /api/inside/steps?name=RUN          the steps its checkpoints and snapshots hold (step=N picks one)
 
 Each answer is the JSON `tinylm inspect VIEW --json` prints, from the same functions (interpret/); `chat=true`
 reads the prompts as a user message of a chat model, as `--chat` does. A loaded
@@ -24,7 +25,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query
 
-from tinylm.checkpoint.layout import SNAPSHOTS, list_checkpoints
+from tinylm.checkpoint.layout import SNAPSHOTS, WEIGHTS, list_checkpoints
 from tinylm.errors import TinyLMError
 from tinylm.interpret.attention import attention_view
 from tinylm.interpret.attribution import logit_attribution
@@ -55,9 +56,10 @@ class InsideModels:
         self.curves: dict[tuple[str, ...], dict[str, Any]] = {}
 
     def checkpoint(self, run: Path, step: int | None) -> Path:
+        """The run's newest checkpoint, or its checkpoint or snapshot at `step`."""
         found = list_checkpoints(run)
         if step is not None:
-            found = [p for p in found if p.name == f"step_{step:08d}"]
+            found = [p for p in [*list_checkpoints(run / SNAPSHOTS), *found] if p.name == f"step_{step:08d}"]
         if not found:
             raise StudioError(f"{run.name} has no checkpoint" + (f" at step {step}" if step is not None else ""), 404)
         return found[-1]
@@ -65,7 +67,7 @@ class InsideModels:
     def run(self, run: Path, step: int | None, view: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
         """`view(inspected)` on the run's checkpoint (newest, or at `step`), errors as a 4xx."""
         path = self.checkpoint(run, step)
-        key = (str(path), (path / "model.safetensors").stat().st_mtime_ns)
+        key = (str(path), (path / WEIGHTS).stat().st_mtime_ns)
         with self.lock:
             try:
                 if key not in self.loaded:
@@ -146,6 +148,13 @@ def inside_routes(root: Path) -> APIRouter:
                 raise TinyLMError("give a neuron (with its layer) or a token")
             return top_activations(i, layer, neuron, top=top)
         return await answer(name, step, view)
+
+    @routes.get("/api/inside/steps")
+    async def steps(name: str) -> dict[str, Any]:
+        """Every step a checkpoint or a snapshot of the run holds, oldest first."""
+        run = resolve_run(root, name)
+        paths = [*list_checkpoints(run / SNAPSHOTS), *list_checkpoints(run)]
+        return {"steps": sorted({int(p.name.removeprefix("step_")) for p in paths})}
 
     @routes.get("/api/inside/induction")
     async def induction(name: str) -> dict[str, Any]:

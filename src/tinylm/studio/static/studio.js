@@ -620,19 +620,19 @@ const studio = (() => {
     const runSelect = $("run");
     runSelect.replaceChildren(...runs.map((r) => el("option", { value: r.name }, r.name)));
     if (params.get("name")) runSelect.value = params.get("name");
-    const fillSteps = () => {
-      const run = runs.find((r) => r.name === runSelect.value);
+    const fillSteps = async () => {  // checkpoints and weights-only snapshots, newest first
+      let steps = [];
+      try { steps = (await getJSON(`/api/inside/steps?name=${encodeURIComponent(runSelect.value)}`)).steps; } catch (e) { fail(e); }
       $("step").replaceChildren(el("option", { value: "" }, "newest"),
-        ...(run ? run.checkpoints : []).map((c) => { const s = String(c.step ?? c).replace(/\D/g, ""); return el("option", { value: String(Number(s)) }, `step ${Number(s)}`); }));
+        ...steps.reverse().map((s) => el("option", { value: String(s) }, `step ${s}`)));
     };
-    fillSteps();
+    const fail = (e) => { showError(e.message); };
     const query = (view, fields) => {
       const chat = ["lens", "attention", "attribution", "patch"].includes(view) && $("chat").checked ? { chat: "true" } : {};
       const q = new URLSearchParams({ name: runSelect.value, ...chat, ...fields });
       if ($("step").value) q.set("step", $("step").value);
       return getJSON(`/api/inside/${view}?${q}`);
     };
-    const fail = (e) => { showError(e.message); };
     let attention = null;
 
     const drawLens = (a) => {
@@ -721,6 +721,7 @@ const studio = (() => {
       }, fail).finally(() => { $("induction-go").disabled = false; });
     };
     runSelect.onchange = () => { fillSteps(); look(); };
+    fillSteps();
     $("step").onchange = look;
     $("chat").onchange = look;
     $("look").onclick = look;
