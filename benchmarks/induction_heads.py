@@ -1,11 +1,11 @@
 """Induction heads forming in a two-block `tiny` model on the demo corpus, over seeds: is there a phase change?
 
-    python benchmarks/induction_heads.py --out /tmp/induction [--seeds 1 2 3] [--steps 800] [--every 25]
+    python benchmarks/induction_heads.py --out /tmp/induction [--seeds 1 2 3] [--steps 3000] [--every 50]
 
 For each seed: `tinylm train` on the embedded corpus (the demo's data) with `--set n_blocks=2` and
 `--snapshot-every`, then `tinylm inspect induction --json` on the run. The head that ends with the highest
-induction score is followed through training; its phase change is the window of `--window` consecutive
-snapshots over which its score rises most. The phase change "appears" when that window holds at least
+induction score is followed through training; its phase change is the stretch of a tenth of training
+(`--window` snapshots) over which its score rises most. The phase change "appears" when that window holds at least
 half of the head's whole rise, and the in-context-learning score falls within the same window by at
 least a third of its whole fall (Olsson et al. 2022: both move together, in a short stretch of
 training). Prints one JSON object and draws `induction-heads.png` in --out (every seed's best head and
@@ -69,11 +69,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--steps", type=int, default=800)
-    parser.add_argument("--every", type=int, default=25, help="steps between snapshots")
-    parser.add_argument("--window", type=int, default=4, help="snapshots in a phase-change window")
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--every", type=int, default=50, help="steps between snapshots")
+    parser.add_argument("--window", type=int, default=None,
+                        help="snapshots in a phase-change window (default: a tenth of the run)")
     parser.add_argument("--threads", type=int, default=None, help="per run (several instances can share a machine)")
     args = parser.parse_args()
+    args.window = args.window or max(2, round(args.steps / 10 / args.every))
     data = args.out / "data"
     if not (data / "train.bin").is_file():
         tinylm("prepare", "--out", str(data), "--no-progress")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -40,6 +41,7 @@ def mean_grid(grids: list[list[list[float]]]) -> list[list[float]]:
 def screenshots(run: Path, folder: Path, a: int, b: int, b2: int) -> None:
     """The Inside page patching one pair, in headless chromium."""
     from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -47,9 +49,10 @@ def screenshots(run: Path, folder: Path, a: int, b: int, b2: int) -> None:
     command = [sys.executable, "-m", "tinylm", "studio", "--runs", str(run.parent), "--port", str(port)]
     studio = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "chromium"  # Debian's, as the tests use
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1500"):
         options.add_argument(flag)
-    browser = webdriver.Chrome(options=options)
+    browser = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "chromedriver"), options=options)
     try:
         time.sleep(4)
         browser.get(f"http://127.0.0.1:{port}/inside?name={run.name}")
@@ -65,6 +68,7 @@ def screenshots(run: Path, folder: Path, a: int, b: int, b2: int) -> None:
         browser.find_element(By.ID, "patch-go").click()
         WebDriverWait(browser, 60).until(lambda d: d.find_elements(By.ID, "patch-heads"))
         time.sleep(1)
+        browser.execute_script("window.scrollTo(0, 0)")
         browser.save_screenshot(str(folder / "inside-arith-lens.png"))
         browser.execute_script("document.getElementById('patch-section').scrollIntoView()")
         browser.save_screenshot(str(folder / "inside-arith-patching.png"))
