@@ -34,28 +34,22 @@ def patched(model: nn.Module, site: Site, layer: int, where: torch.Tensor, sourc
     residual, mlp: where [B, T], source [B or 1, T, n_embed]; heads: where [B, T, n_head],
     source [B or 1, T, n_head, head_dim].
     """
+    def swap_output(module: nn.Module, args: tuple, output: object) -> object:
+        new = _replace(first(output), where, source)
+        return (new, *output[1:]) if isinstance(output, tuple) else new
+
+    def swap_heads(module: nn.Module, args: tuple) -> tuple:
+        y = args[0]
+        heads = y.view(*y.shape[:-1], *source.shape[-2:])
+        return (_replace(heads, where, source).reshape(y.shape), *args[1:])
+
     if site == "residual":
-        module = embedding_output(model) if layer == 0 else model.blocks[layer - 1]
-
-        def swap_output(module: nn.Module, args: tuple, output: object) -> object:
-            new = _replace(first(output), where, source)
-            return (new, *output[1:]) if isinstance(output, tuple) else new
-        handle = module.register_forward_hook(swap_output)
+        stream = embedding_output(model) if layer == 0 else model.blocks[layer - 1]
+        handle = stream.register_forward_hook(swap_output)
     elif site == "mlp":
-        mlp = layer_sites(model)[layer].mlp
-
-        def swap_mlp(module: nn.Module, args: tuple, output: object) -> object:
-            new = _replace(first(output), where, source)
-            return (new, *output[1:]) if isinstance(output, tuple) else new
-        handle = mlp.register_forward_hook(swap_mlp)
+        handle = layer_sites(model)[layer].mlp.register_forward_hook(swap_output)
     elif site == "heads":
-        o_proj = layer_sites(model)[layer].o_proj
-
-        def swap_heads(module: nn.Module, args: tuple) -> tuple:
-            y = args[0]
-            heads = y.view(*y.shape[:-1], *source.shape[-2:])
-            return (_replace(heads, where, source).reshape(y.shape), *args[1:])
-        handle = o_proj.register_forward_pre_hook(swap_heads)
+        handle = layer_sites(model)[layer].o_proj.register_forward_pre_hook(swap_heads)
     else:
         raise ValueError(f"unknown patching site {site!r}: one of {', '.join(SITES)}")
     with removed_after([handle]):
