@@ -12,7 +12,7 @@ examples:
   tinylm inspect lens --checkpoint runs/tiny-modern --prompt "def main():" --target " return"
   tinylm inspect attention --checkpoint runs/tiny-modern --prompt "a b c a b c" --layer 1 --json
   tinylm inspect attribution --checkpoint runs/pipeline/sft --chat --prompt "What is 23 + 45?"
-  tinylm inspect patch --checkpoint runs/pipeline/sft --chat --clean "What is 23 + 45?" --corrupt "What is 23 + 46?"
+  tinylm inspect patch --checkpoint runs/pipeline/sft --chat --clean "What is 23 + 45?" --corrupt "What is 23 + 55?"
   tinylm inspect neurons --checkpoint runs/tiny-modern --layer 0 --neuron 17
   tinylm inspect induction --checkpoint runs/tiny-modern      (with `tinylm train --snapshot-every 50`)
 """
