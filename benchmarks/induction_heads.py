@@ -5,7 +5,8 @@
 For each seed: `tinylm train` on the embedded corpus (the demo's data) with `--set n_blocks=2` and
 `--snapshot-every`, then `tinylm inspect induction --json` on the run. The head that ends with the highest
 induction score is followed through training; its phase change is the stretch of a tenth of training
-(`--window` snapshots) over which its score rises most. The phase change "appears" when that window holds at least
+(`--window` snapshots) over which its score rises most. The phase change "appears" when the head ends that window an
+induction head (at least 5 times the score of uniform attention, 0.011 here), the window holds at least
 half of the head's whole rise, and the in-context-learning score falls within the same window by at
 least a third of its whole fall (Olsson et al. 2022: both move together, in a short stretch of
 training). Prints one JSON object and draws `induction-heads.png` in --out (every seed's best head and
@@ -20,6 +21,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+SEQUENCE = 64  # tokens repeated twice in `tinylm inspect induction` (interpret/induction.py) at context 256
+FLOOR = 5  # an induction head attends at least 5 times as much to the token after the earlier copy as chance
+
 
 def tinylm(*args: str) -> str:
     done = subprocess.run([sys.executable, "-m", "tinylm", *args], capture_output=True, text=True)
@@ -28,8 +32,15 @@ def tinylm(*args: str) -> str:
     return done.stdout
 
 
-def phase_change(steps: list[int], head: list[float], icl: list[float], window: int) -> dict[str, float | int | bool]:
-    """The `window`-snapshot stretch where the head's induction score rises most, and what ICL does there."""
+def chance(n: int) -> float:
+    """The induction score of a head attending uniformly: query n + i sees n + i + 1 keys."""
+    return sum(1 / (n + i + 1) for i in range(n - 1)) / (n - 1)
+
+
+def phase_change(steps: list[int], head: list[float], icl: list[float], window: int,
+                 floor: float) -> dict[str, float | int | bool]:
+    """The `window`-snapshot stretch where the head's induction score rises most, and what ICL does there.
+    A head below `floor` after it is no induction head, whatever its curve does."""
     best = max(range(len(steps) - window), key=lambda i: head[i + window] - head[i])
     rise, total_rise = head[best + window] - head[best], max(head) - head[0]
     fall, total_fall = icl[best] - icl[best + window], icl[0] - min(icl)
@@ -37,7 +48,8 @@ def phase_change(steps: list[int], head: list[float], icl: list[float], window: 
             "induction_after": head[best + window], "rise_share": rise / total_rise if total_rise > 0 else 0.0,
             "icl_before": icl[best], "icl_after": icl[best + window],
             "icl_fall_share": fall / total_fall if total_fall > 0 else 0.0,
-            "appears": total_rise > 0 and rise >= 0.5 * total_rise and total_fall > 0 and fall >= total_fall / 3}
+            "appears": head[best + window] >= floor and rise >= 0.5 * total_rise and total_fall > 0
+            and fall >= total_fall / 3}
 
 
 def draw(curves: dict[int, dict], out: Path) -> None:
@@ -89,11 +101,12 @@ def main() -> None:
         curve = json.loads(tinylm("inspect", "induction", "--checkpoint", str(run), "--json"))
         layer, head = curve["best_head"]
         curve["phase_change"] = phase_change(curve["steps"], [c[layer][head] for c in curve["induction"]],
-                                             curve["icl"], args.window)
+                                             curve["icl"], args.window, FLOOR * chance(SEQUENCE))
         curves[seed] = curve
         print(json.dumps({"seed": seed, "best_head": curve["best_head"], **curve["phase_change"]}), file=sys.stderr)
     draw(curves, args.out)
     print(json.dumps({"steps": args.steps, "every": args.every, "window": args.window,
+                      "induction_floor": FLOOR * chance(SEQUENCE),
                       "appears_in": sum(c["phase_change"]["appears"] for c in curves.values()),
                       "seeds": {s: {"best_head": c["best_head"], **c["phase_change"]} for s, c in curves.items()},
                       "curves": {s: {k: c[k] for k in ("steps", "induction", "icl")} for s, c in curves.items()}}))
