@@ -95,6 +95,7 @@ def test_attributions_sum_to_the_logit(name: str) -> None:
     with torch.no_grad():
         logits = inspected.model.lm_head(inspected.model.forward_hidden(torch.tensor([ids])))[0, -1]
     assert logit_attribution(inspected, ids, 7)["logit"] == pytest.approx(float(logits[7]), abs=1e-5)
+    assert logit_attribution(inspected, ids)["target"]["id"] == int(logits.argmax())  # default: the top guess
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

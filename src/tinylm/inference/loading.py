@@ -31,15 +31,7 @@ def load_for_generation(path: str, int8: bool = False, device: str = "auto", dty
     meta["decode_dtype"] (a torch dtype) and its reason meta["decode_precision"].
     """
     target = pick_device(device)
-    try:
-        model, tokenizer, meta = load_model(path, device="cpu")
-    except TinyLMError:
-        raise
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise TinyLMError(f"cannot load checkpoint {path}: {str(exc).splitlines()[0]}") from None
-    if tokenizer is None:
-        raise TinyLMError(f"checkpoint {meta.get('path', path)} has no tokenizer.json: cannot turn text into tokens")
-    model.eval()
+    model, tokenizer, meta = load_with_tokenizer(path)
     if int8:  # first: the activation dtype is then measured on the int8 model itself
         quantize_int8(model)
     if dtype is None:
@@ -49,6 +41,20 @@ def load_for_generation(path: str, int8: bool = False, device: str = "auto", dty
         model = model.to(dtype)
         meta["decode_dtype"], meta["decode_precision"] = dtype, f"{plain(dtype)}, as asked"
     return model.to(target).eval(), tokenizer, meta
+
+
+def load_with_tokenizer(path: str) -> tuple[nn.Module, Any, dict[str, Any]]:
+    """(model in eval mode on the CPU, in its stored dtype, tokenizer, metadata), or one line why not: what every
+    command that turns text into the model's input starts from."""
+    try:
+        model, tokenizer, meta = load_model(path, device="cpu")
+    except TinyLMError:
+        raise
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise TinyLMError(f"cannot load checkpoint {path}: {str(exc).splitlines()[0]}") from None
+    if tokenizer is None:
+        raise TinyLMError(f"checkpoint {meta.get('path', path)} has no tokenizer.json: cannot turn text into tokens")
+    return model.eval(), tokenizer, meta
 
 
 def eot_id(tokenizer: Any) -> int | None:

@@ -29,10 +29,10 @@ from tinylm.models.hooks.sites import final_norm, layer_sites
 
 
 @torch.no_grad()
-def logit_attribution(inspected: Inspected, ids: list[int], target: int, versus: int | None = None,
+def logit_attribution(inspected: Inspected, ids: list[int], target: int | None = None, versus: int | None = None,
                       position: int = -1) -> dict[str, Any]:
     """{"logit": the model's (pre-cap) logit of target (minus versus's), "parts": [{"name", "value"}...],
-    "sum", "residual_error"} at `position` (default: the last)."""
+    "sum", "residual_error"} at `position` (default: the last). `target` None: the model's top guess there."""
     model = inspected.model
     T = len(ids)
     if not -T <= position < T:
@@ -62,10 +62,11 @@ def logit_attribution(inspected: Inspected, ids: list[int], target: int, versus:
         add(f"L{layer} MLP", mlps[layer][0, pos])
     components = torch.stack(parts)  # [K, C]
     x = stream[-1][0, pos].double()
-
-    head = model.lm_head
+    head, norm = model.lm_head, final_norm(model)
+    logits = head(norm(stream[-1][:, pos]))[0]  # the model's own, before any soft cap (which keeps the order)
+    if target is None:
+        target = int(logits.argmax())
     u = head.weight[target].double() - (head.weight[versus].double() if versus is not None else 0.0)
-    norm = final_norm(model)
     if isinstance(norm, torch.nn.LayerNorm):
         r = torch.rsqrt(x.var(unbiased=False) + norm.eps)
         values = ((components - components.mean(-1, keepdim=True)) * norm.weight.double() * r) @ u
@@ -76,7 +77,6 @@ def logit_attribution(inspected: Inspected, ids: list[int], target: int, versus:
         bias = torch.zeros((), dtype=torch.float64)
     if head.bias is not None:
         bias = bias + head.bias[target].double() - (head.bias[versus].double() if versus is not None else 0.0)
-    logits = head(norm(stream[-1][:, pos]))[0]  # the model's own, before any soft cap
     logit = float(logits[target] - (logits[versus] if versus is not None else 0.0))
     total = float(values.sum() + bias)
     rows = [{"name": name, "value": float(v)} for name, v in zip(names, values)]

@@ -26,10 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from tinylm.checkpoint.layout import SNAPSHOTS, list_checkpoints
-from tinylm.data.loader import iter_sequential
 from tinylm.errors import TinyLMError
-from tinylm.evaluate.bpb import checked_dev_data, pretraining_data
-from tinylm.interpret.loading import Inspected, load_for_inspection
+from tinylm.interpret.loading import Inspected, dev_batches, load_for_inspection
 from tinylm.models.hooks.attention_pattern import record_attention
 
 
@@ -61,12 +59,10 @@ def icl_score(inspected: Inspected, data_dir: str | Path | None = None, windows:
     """Mean loss over the second half of each context-long dev window minus that over positions T/32 to T/16
     (Olsson et al. take token 500 minus token 50 of longer windows: late against early, early not the very
     first tokens, which no model predicts well)."""
-    model = inspected.model
-    data = checked_dev_data(data_dir or pretraining_data(inspected.meta), inspected.tokenizer, "induction")
-    T = model.config.context_length
+    T = inspected.model.config.context_length
     losses = []
-    for x, y in iter_sequential(data, batch_size=8, seq_len=T, max_batches=max(1, windows // 8)):
-        logits = model(x)[0]
+    for x, y in dev_batches(inspected, data_dir, windows, "induction")[1]:
+        logits = inspected.model(x)[0]
         losses.append(F.cross_entropy(logits.transpose(1, 2), y, reduction="none"))
     loss = torch.cat(losses).mean(dim=0)  # [T]: mean loss at each position
     late, early = loss[T // 2 :], loss[T // 32 : T // 16]

@@ -7,6 +7,7 @@ path compute the same function; inspection runs the fused one, whose `Attend` ca
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinylm.checkpoint import load_model
+from tinylm.data.loader import Batch, iter_sequential
 from tinylm.errors import TinyLMError
-from tinylm.models.attend import Attend
+from tinylm.evaluate.bpb import checked_dev_data, pretraining_data
+from tinylm.inference.loading import load_with_tokenizer
 from tinylm.tokenizer.chat_format import ChatFormat
 
 
@@ -64,23 +66,23 @@ class Inspected:
 
 
 def load_for_inspection(path: str | Path) -> Inspected:
-    try:
-        model, tokenizer, meta = load_model(path, device="cpu")
-    except TinyLMError:
-        raise
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise TinyLMError(f"cannot load checkpoint {path}: {str(exc).splitlines()[0]}") from None
-    if tokenizer is None:
-        raise TinyLMError(f"checkpoint {meta.get('path', path)} has no tokenizer.json: cannot turn text into tokens")
-    model = model.float().eval()
+    model, tokenizer, meta = load_with_tokenizer(str(path))
+    model = model.float()
     for module in model.modules():
         if hasattr(module, "impl"):  # the classic model: its fused path calls Attend
             module.impl = "sdpa"
         if hasattr(module, "kernel"):  # a training run may have switched to the blockwise kernel
             module.kernel = "sdpa"
-    if not any(isinstance(m, Attend) for m in model.modules()):
-        raise TinyLMError(f"{path}: this model's attention cannot be inspected")
     return Inspected(model, tokenizer, meta)
+
+
+def dev_batches(inspected: Inspected, data_dir: str | Path | None, windows: int,
+                what: str) -> tuple[Path, Iterator[Batch]]:
+    """(the data folder, its first `windows` context-long dev windows, 8 a batch): a prepared dev split (default:
+    the checkpoint's pretraining data), checked to be in the checkpoint's tokenizer."""
+    data = checked_dev_data(data_dir or pretraining_data(inspected.meta), inspected.tokenizer, what)
+    return data, iter_sequential(data, batch_size=8, seq_len=inspected.model.config.context_length,
+                                 max_batches=max(1, windows // 8))
 
 
 def as_batch(ids: list[int]) -> torch.Tensor:

@@ -14,10 +14,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tinylm.data.loader import iter_sequential
 from tinylm.errors import TinyLMError
-from tinylm.evaluate.bpb import checked_dev_data, pretraining_data
-from tinylm.interpret.loading import Inspected
+from tinylm.interpret.loading import Inspected, dev_batches
 from tinylm.models.hooks.neurons import record_neurons
 from tinylm.models.hooks.sites import layer_sites
 
@@ -48,12 +46,12 @@ def top_activations(inspected: Inspected, layer: int, neuron: int | None, data_d
         weights = torch.tensor(direction)
     elif not 0 <= neuron < width:
         raise TinyLMError(f"--neuron {neuron} is out of range: layer {layer}'s MLP has neurons 0 to {width - 1}")
-    data = checked_dev_data(data_dir or pretraining_data(inspected.meta), inspected.tokenizer, "inspect neurons")
     model = inspected.model
     seq_len = model.config.context_length
+    data, batches = dev_batches(inspected, data_dir, windows, "inspect neurons")
     ids_all, acts_all = [], []
     with record_neurons(model, layer) as kept:
-        for x, _ in iter_sequential(data, batch_size=8, seq_len=seq_len, max_batches=max(1, windows // 8)):
+        for x, _ in batches:
             model(x)
             ids_all.append(x)
             acts_all.append(kept[0].float() @ weights if direction is not None else kept[0][..., neuron].float())

@@ -30,7 +30,7 @@ from tinylm.errors import TinyLMError
 from tinylm.interpret.attention import attention_view
 from tinylm.interpret.attribution import logit_attribution
 from tinylm.interpret.induction import induction_curve
-from tinylm.interpret.lens import lens_logits, logit_lens
+from tinylm.interpret.lens import logit_lens
 from tinylm.interpret.loading import load_for_inspection
 from tinylm.interpret.neurons import embedding_neighbours, top_activations
 from tinylm.interpret.patching import activation_patching
@@ -119,9 +119,8 @@ def inside_routes(root: Path) -> APIRouter:
                           versus: str | None = None, step: int | None = None) -> dict[str, Any]:
 
         def view(i: Any) -> dict[str, Any]:
-            ids = i.encode(prompt, chat=chat)
-            chosen = i.token_id(target) if target else int(lens_logits(i, ids)[-1, -1].argmax())
-            return logit_attribution(i, ids, chosen, i.token_id(versus, "versus token") if versus else None)
+            return logit_attribution(i, i.encode(prompt, chat=chat), i.token_id(target) if target else None,
+                                     i.token_id(versus, "versus token") if versus else None)
         return await answer(name, step, view)
 
     @routes.get("/api/inside/patch")

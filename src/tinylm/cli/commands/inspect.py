@@ -30,7 +30,7 @@ from tinylm.errors import TinyLMError
 from tinylm.interpret.attention import attention_view
 from tinylm.interpret.attribution import logit_attribution
 from tinylm.interpret.induction import induction_curve
-from tinylm.interpret.lens import lens_logits, logit_lens
+from tinylm.interpret.lens import logit_lens
 from tinylm.interpret.loading import load_for_inspection
 from tinylm.interpret.neurons import embedding_neighbours, top_activations
 from tinylm.interpret.patching import METRICS, activation_patching
@@ -115,10 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if args.view == "attribution":
         ids = encode(args.prompt)
         position = -1 if args.position is None else args.position
-        if args.target is not None:
-            target = inspected.token_id(args.target)
-        else:
-            target = int(lens_logits(inspected, ids)[-1, position % len(ids)].argmax())
+        target = inspected.token_id(args.target) if args.target is not None else None
         versus = inspected.token_id(args.versus, "--versus token") if args.versus is not None else None
         return emit(logit_attribution(inspected, ids, target, versus, position), args.json, show_attribution)
     if args.view == "patch":
