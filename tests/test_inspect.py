@@ -258,6 +258,7 @@ def test_bad_input_is_one_line(trained: Path, tmp_path: Path, capsys: pytest.Cap
     assert "unknown view" in refused(capsys, "lenz", "--checkpoint", run, "--prompt", "x")
     assert "needs --corrupt" in refused(capsys, "patch", "--checkpoint", run, "--clean", "x")
     assert "at least 1" in refused(capsys, "lens", "--checkpoint", run, "--prompt", "x", "--top", "0")
+    assert "at most 1000" in refused(capsys, "neurons", "--checkpoint", run, "--neuron", "0", "--top", str(10**12))
     assert "out of range" in refused(capsys, "attention", "--checkpoint", run, "--prompt", "x", "--head", "2")
     (tmp_path / "short.json").write_text("[1, 2]")
     (tmp_path / "text.json").write_text('{"a": 1}')

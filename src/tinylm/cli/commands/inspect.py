@@ -49,6 +49,7 @@ OPTION_VIEWS: dict[str, tuple[str, ...]] = {
     "neuron": ("neurons",), "direction": ("neurons",), "token": ("neurons",), "top": ("lens", "neurons"),
     "data": ("neurons", "induction"),
 }
+MAX_TOP = 1000  # guesses, windows or tokens: more is a typo, and would print the whole dev split
 REQUIRED: dict[str, tuple[str, ...]] = {"lens": ("prompt",), "attention": ("prompt",), "attribution": ("prompt",),
                                         "patch": ("clean", "corrupt")}
 
@@ -93,8 +94,8 @@ def check_view_options(args: argparse.Namespace) -> None:
     for name in REQUIRED.get(args.view, ()):
         if getattr(args, name) is None:
             raise TinyLMError(f"inspect {args.view} needs --{name}")
-    if args.top is not None and args.top < 1:
-        raise TinyLMError("--top must be at least 1")
+    if args.top is not None and not 1 <= args.top <= MAX_TOP:
+        raise TinyLMError(f"--top must be at least 1 and at most {MAX_TOP}")
 
 
 def run(args: argparse.Namespace) -> int:
