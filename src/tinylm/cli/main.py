@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from tinylm.stages import StageSpec
 
 TOOLS: tuple[str, ...] = ("generate", "chat", "eval", "serve", "export", "import", "report", "bench", "compare",
-                          "inspect", "speedrun", "plot", "pipeline", "studio")
+                          "inspect", "speedrun", "scaling", "plot", "pipeline", "studio")
 
 
 def commands() -> tuple[str, ...]:

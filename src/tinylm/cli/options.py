@@ -111,13 +111,14 @@ def add_argument(group: Group, name: str, option: Option, kind: str, default: An
 
 
 def add_option(parser: Group, name: str, option: Option, default: Any = None, *, kind: str | None = None,
-               note: str = "") -> argparse.Action:
-    """A shared option on a command without a config class; its kind follows the default unless given."""
+               note: str = "", item_kind: str = "str") -> argparse.Action:
+    """A shared option on a command without a config class; its kind follows the default unless given (a "list"
+    is a comma list of `item_kind` values)."""
     if kind is None:
         kind = "str" if default is None else type(default).__name__
         if default is None and (option.low is not None or option.high is not None):
             kind = "int" if all(v is None or float(v).is_integer() for v in (option.low, option.high)) else "float"
-    return add_argument(parser, name, option, kind, default, note)
+    return add_argument(parser, name, option, kind, default, note, item_kind=item_kind)
 
 
 def add_config_option(parser: Group, cls: type, name: str, default: Any = _UNSET, note: str = "") -> argparse.Action:

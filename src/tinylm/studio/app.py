@@ -16,7 +16,8 @@
     POST /api/stop, /api/resume            SIGTERM to a run (torchrun: to its workers); continue it (--resume latest)
     GET /api/inside/VIEW?name=N&...       a checkpoint seen from inside: lens, attention, attribution, patch,
                                            neurons, induction (inside.py; what `tinylm inspect` prints)
-    GET /  /run  /compare  /launch  /tokens  /data  /chat  /inside
+    GET /api/scaling[/sweep?name=S | /plot?name=S&file=F]   scaling sweeps: points, fits, PNGs (scaling.py)
+    GET /  /run  /compare  /launch  /tokens  /data  /chat  /inside  /scaling
                                            the pages (static; the charts are the vendored uPlot)
 
 Every answer is read from disk when it is asked for. A refused request is a 4xx JSON error naming
@@ -59,6 +60,7 @@ from tinylm.studio.runs import (
     run_record,
     without_template,
 )
+from tinylm.studio.scaling import scaling_routes
 from tinylm.studio.tokens_view import tokenize_with_run
 
 STATIC = Path(__file__).with_name("static")
@@ -67,7 +69,8 @@ CONSOLE_TAIL = 8192  # bytes of a run's console shown
 TOKENIZE_LIMIT = 20_000  # characters the tokenizer playground takes
 SHUTDOWN_GRACE_S = 1.0  # what stopping waits for a response still open (the event streams end at once: follow.py)
 PAGES = {"/": "index.html", "/run": "run.html", "/compare": "compare.html", "/launch": "launch.html",
-         "/tokens": "tokens.html", "/data": "data.html", "/chat": "chat.html", "/inside": "inside.html"}
+         "/tokens": "tokens.html", "/data": "data.html", "/chat": "chat.html", "/inside": "inside.html",
+         "/scaling": "scaling.html"}
 
 
 def newest_config(run_dir: Path) -> dict[str, Any]:
@@ -245,6 +248,7 @@ def create_app(root: Path, token: str | None = None) -> FastAPI:
     app.include_router(run_files_routes(root))
     app.include_router(chat_routes(chat_models))
     app.include_router(inside_routes(root))
+    app.include_router(scaling_routes(root))
     for path, file in PAGES.items():
         app.add_api_route(path, _page(file), methods=["GET"], include_in_schema=False)
     app.add_api_route("/favicon.ico", _favicon, methods=["GET"], include_in_schema=False)  # a browser asks for it

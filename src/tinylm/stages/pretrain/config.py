@@ -14,14 +14,16 @@ from typing import Any
 from tinylm.config import ModelConfig, parse_override
 from tinylm.errors import TinyLMError
 from tinylm.inference.sampling import check_sampling_options
-from tinylm.options import TEMPERATURE, TOP_K, Option
+from tinylm.options import BATCH_SIZE, TEMPERATURE, TOP_K, Option
 from tinylm.presets import PRESETS, preset_config
+from tinylm.scaling.depth import MAX_DEPTH, DepthRule
 from tinylm.train.batch_plan import check_quarters
 from tinylm.train.config import BUDGET, LOGGING, MODEL_AND_DATA, OPTIMIZER, EngineConfig
 
 # the record's sequence-length warmup: 150 steps of a 600-step run; unset, it is at most a quarter of the schedule
 DEFAULT_SEQ_WARMUP_STEPS = 150
 SAMPLE = "sample at the end"
+DEFAULT_BATCH_SIZE = 16
 
 
 @dataclass
@@ -30,6 +32,11 @@ class PretrainConfig(EngineConfig):
 
     preset: str = Option("model size", choices=lambda: tuple(PRESETS), strict_choices=False,
                          group=MODEL_AND_DATA)("tiny")
+    depth: int | None = Option(
+        "one dial for the model and its recipe: width 32N, N blocks, heads of 32, context 256, the AdamW lr "
+        "scaled as 1/sqrt(width), 4N rows per batch (scaling/depth.py; depth 4 is `tiny`); replaces --preset's shape, "
+        "and --lr, --muon-lr or --batch-size given beside it win", low=1, high=MAX_DEPTH, metavar="N",
+        group=MODEL_AND_DATA)(None)
     arch: str = Option("the GPT-2-style classic or the modern (Llama/Qwen-style) decoder",
                        choices=("modern", "classic"), group=MODEL_AND_DATA)("modern")
     overrides: dict[str, Any] = Option(
@@ -57,6 +64,7 @@ class PretrainConfig(EngineConfig):
     target_dev_bpb: float | None = Option("stop at the first evaluation whose dev bits per byte is at or below X "
                                           "(a resumed run checks at its next evaluation)", low=0,
                                           low_open=True, metavar="X", group=BUDGET)(None)
+    batch_size: int | None = BATCH_SIZE(None, group=BUDGET, note="per micro-batch (default: 16, or 4 x --depth)")
     z_loss: float = Option("each token's loss gains Z * logsumexp(logits)^2 (PaLM's z-loss), which keeps "
                            "the softmax normaliser near 1; the logged loss includes it, dev loss and bits per byte "
                            "do not; 0 = off", low=0, metavar="Z", group=OPTIMIZER)(0.0)
@@ -71,6 +79,23 @@ class PretrainConfig(EngineConfig):
     temperature: float = TEMPERATURE(0.8, group=SAMPLE)
     top_k: int = TOP_K(50, group=SAMPLE)
 
+
+    def __post_init__(self) -> None:
+        if self.batch_size is None:  # unset: the depth rule's, else the record's 16
+            self.batch_size = self.depth_rule.batch_size if self.depth_rule else DEFAULT_BATCH_SIZE
+        super().__post_init__()
+
+    @property
+    def depth_rule(self) -> DepthRule | None:
+        return DepthRule(self.depth) if self.depth is not None else None
+
+    @property
+    def adamw_lr(self) -> float:
+        """--lr; unset, the depth rule's with Muon, else the optimizer's default."""
+        rule = self.depth_rule
+        if self.lr is None and rule is not None and self.optimizer == "muon":
+            return rule.adamw_lr
+        return super().adamw_lr
 
     def validate(self) -> None:
         # the end-of-run sample and the batch plan: refuse now, before a run folder exists, not after training
@@ -87,4 +112,6 @@ class PretrainConfig(EngineConfig):
         overrides = dict(self.overrides)
         if self.gradient_checkpointing:
             overrides["gradient_checkpointing"] = True
+        if self.depth_rule is not None:
+            return self.depth_rule.model_config(self.arch, **overrides)
         return preset_config(self.preset, self.arch, **overrides)

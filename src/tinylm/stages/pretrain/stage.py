@@ -126,16 +126,19 @@ class PretrainStage(Stage[PretrainConfig]):
 
     def describe(self) -> list[str]:
         lines = [f"data: {self.data_dir}"]
+        if self.ctx.cfg.depth_rule is not None:
+            lines.append(f"model: {self.ctx.cfg.depth_rule.describe()}")
         if self.ctx.cfg.z_loss:
             lines.append(f"loss: cross-entropy + z-loss {self.ctx.cfg.z_loss:g} * logsumexp^2 (the logged loss "
                          "includes it; dev loss and bits per byte do not)")
         return lines
 
     def run_name(self, cfg: PretrainConfig) -> str:
-        return f"{cfg.preset}-{cfg.arch}"
+        return f"d{cfg.depth}-{cfg.arch}" if cfg.depth is not None else f"{cfg.preset}-{cfg.arch}"
 
     def model_label(self) -> str:
-        return self.ctx.cfg.preset
+        cfg = self.ctx.cfg
+        return f"depth {cfg.depth}" if cfg.depth is not None else cfg.preset
 
     def plan_batches(self, cfg: PretrainConfig, seq_len: int, world_size: int) -> BatchPlan:
         return pretraining_plan(cfg, seq_len, world_size)

@@ -735,5 +735,94 @@ const studio = (() => {
     look();
   }
 
-  return { runsPage, runPage, comparePage, launchPage, tokensPage, dataPage, chatPage, insidePage };
+
+  // ---- the scaling page: a sweep's IsoFLOP curves drawn from its points and fit.json, its fits and its PNGs
+  function plainTable(headers, rows, id) {
+    return el("table", { class: "plain", ...(id ? { id } : {}) }, el("tr", {}, ...headers.map((h) => el("th", {}, h))),
+      ...rows.map((row) => el("tr", {}, ...row.map((v) => el("td", {}, typeof v === "number" ? fmt(v) : v)))));
+  }
+
+  function isoflopChart(data) {
+    const box = document.getElementById("isoflop");
+    box.replaceChildren();
+    const byBudget = new Map();
+    for (const p of data.points) (byBudget.get(p.budget) || byBudget.set(p.budget, []).get(p.budget)).push(p);
+    const budgets = [...byBudget.keys()].sort((a, b) => a - b);
+    if (!budgets.length) { box.append(el("p", { class: "note" }, "no finished runs yet")); return; }
+    const fits = new Map(((data.fit && data.fit.approach2) ? data.fit.approach2.curves : []).map((c) => [c.flops, c]));
+    const curveOf = (budget) => [...fits.values()].find((c) => Math.abs(c.flops / budget - 1) < 0.05);
+    const xs = new Set(data.points.map((p) => p.params));
+    const parabola = new Map();
+    for (const budget of budgets) {
+      const c = curveOf(budget);
+      if (!c) continue;
+      const lo = Math.log(Math.min(...c.sizes)), hi = Math.log(Math.max(...c.sizes));
+      const pts = Array.from({ length: 40 }, (_, i) => Math.exp(lo + (hi - lo) * i / 39));
+      pts.forEach((x) => xs.add(x));
+      parabola.set(budget, new Map(pts.map((x) => [x, c.parabola[0] * Math.log(x) ** 2 + c.parabola[1] * Math.log(x) + c.parabola[2]])));
+    }
+    const x = [...xs].sort((a, b) => a - b);
+    const series = [{}], columns = [x];
+    budgets.forEach((budget, i) => {
+      const color = COLORS[i % COLORS.length];
+      const at = new Map(byBudget.get(budget).map((p) => [p.params, p.loss]));
+      series.push({ label: `${budget.toExponential(2)} FLOPs`, stroke: color, paths: () => null,
+        points: { show: true, size: 8, fill: color } });
+      columns.push(x.map((v) => at.has(v) ? at.get(v) : null));
+      if (parabola.has(budget)) {
+        const line = parabola.get(budget);
+        series.push({ label: "parabola", stroke: color, width: 1.5, spanGaps: true, points: { show: false } });
+        columns.push(x.map((v) => line.has(v) ? line.get(v) : null));
+      }
+    });
+    const opts = { width: Math.min(900, box.clientWidth || 900), height: 360, title: "IsoFLOP curves",
+      scales: { x: { time: false, distr: 3 } }, series,
+      axes: [{ label: "parameters N" }, { label: "final dev loss (nats/token)" }] };
+    new uPlot(opts, columns, box);
+  }
+
+  async function scalingPage() {
+    const select = document.getElementById("sweep");
+    let listing;
+    try { listing = await getJSON("/api/scaling"); } catch (e) { showError(e.message); return; }
+    if (!listing.sweeps.length) { showError("no sweep under the runs root: run `tinylm scaling --out RUNS/NAME`"); return; }
+    for (const name of listing.sweeps) select.append(el("option", { value: name }, name));
+    const wanted = params.get("name");
+    if (wanted && listing.sweeps.includes(wanted)) select.value = wanted;
+    async function show() {
+      let data;
+      try { data = await getJSON("/api/scaling/sweep?name=" + encodeURIComponent(select.value)); } catch (e) { showError(e.message); return; }
+      document.getElementById("error").hidden = true;
+      const grid = data.sweep || {};
+      document.getElementById("summary").textContent = `${data.points.length} runs done of budgets ${(grid.budgets || []).map((b) => b.toExponential(2)).join(", ")} x depths ${(grid.depths || []).join(", ")}`;
+      isoflopChart(data);
+      const fit = data.fit;
+      document.getElementById("fit-section").hidden = !fit;
+      if (fit) {
+        document.getElementById("fit").replaceChildren(plainTable(["parameter", "fit", "95% interval"],
+          ["E", "A", "B", "alpha", "beta"].map((k) => [k, fit[k], `${fmt(fit[k + "_interval"][0])} – ${fmt(fit[k + "_interval"][1])}`]), "law"));
+        document.getElementById("budgets").replaceChildren(plainTable(["budget (6ND)", "N_opt (3)", "D/N (3)", "interval", "N* (2)", "D*/N* (2)"],
+          fit.budgets.map((b) => [b.six_nd.toExponential(2), Math.round(b.params_opt), b.tokens_per_param,
+            `${fmt(b.tokens_per_param_interval[0])} – ${fmt(b.tokens_per_param_interval[1])}`,
+            b.approach2_params ? Math.round(b.approach2_params) : "–", b.approach2_tokens_per_param ?? "–"])));
+      }
+      const pred = data.prediction;
+      document.getElementById("prediction-section").hidden = !pred;
+      if (pred) {
+        const rows = [["budget", pred.budget.toExponential(3)], ["depth", pred.depth], ["predicted dev loss", pred.predicted_loss],
+          ["95% interval", `${fmt(pred.predicted_interval[0])} – ${fmt(pred.predicted_interval[1])}`]];
+        if (pred.measured) rows.push(["measured (seeds)", pred.measured.map(fmt).join(", ")], ["error", `${(100 * pred.error).toFixed(2)}%`]);
+        document.getElementById("prediction").replaceChildren(plainTable(["", ""], rows, "prediction-table"));
+      }
+      document.getElementById("points").replaceChildren(plainTable(["run", "budget", "depth", "N", "D", "dev loss", "wall"],
+        data.points.map((p) => [p.run, p.budget.toExponential(2), p.depth, p.params, p.tokens, p.loss, duration(p.wall_s)]), "points-table"));
+      document.getElementById("plots-section").hidden = !data.plots.length;
+      document.getElementById("plots").replaceChildren(...data.plots.map((file) => el("img", { alt: file, class: "plot",
+        src: withToken(`/api/scaling/plot?name=${encodeURIComponent(select.value)}&file=${file}`) })));
+    }
+    select.onchange = show;
+    await show();
+  }
+
+  return { runsPage, runPage, comparePage, launchPage, tokensPage, dataPage, chatPage, insidePage, scalingPage };
 })();

@@ -1,0 +1,73 @@
+"""`tinylm scaling fit`: both of Hoffmann et al.'s fits on one set of points, and what they say together.
+
+Approach 3's law gives the compute-optimal split of C = 6ND in closed form (parametric_fit.py), Approach 2
+measures it per budget (isoflop_fit.py). Tokens per parameter at the optimum, D_opt / N_opt, is the number a
+recipe is set by (Chinchilla's ~20, nanochat's ~10.5): it is reported at each budget of the points, with its
+bootstrap interval, from both approaches, and where they disagree, by how much.
+
+The sweep's FLOPs count attention too; the law's closed form is for C = 6ND. Each budget is converted with
+the share 6ND / FLOPs of its own points (0.8-0.9 at context 256), so both approaches speak of the same runs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tinylm.errors import TinyLMError
+from tinylm.scaling.isoflop_fit import fit_isoflop
+from tinylm.scaling.parametric_fit import NAMES, ParametricFit, fit_parametric
+from tinylm.scaling.points import Point, isoflop_curves
+
+
+def _six_nd(curve: list[Point]) -> float:
+    """The budget of a curve as 6ND, converted by its own points' share of 6ND in their FLOPs."""
+    share = float(np.mean([6 * p.params * p.tokens / p.flops for p in curve]))
+    return float(np.median([p.flops for p in curve])) * share
+
+
+def fit_points(points: list[Point], bootstrap: int = 200, seed: int = 0) -> tuple[dict[str, Any], ParametricFit]:
+    """Approach 3 always (refused when it cannot be trusted); Approach 2 when the points form IsoFLOP curves.
+    The result as JSON-ready numbers, and Approach 3's fit (its bootstrap laws give any prediction an interval)."""
+    parametric = fit_parametric(points, bootstrap=bootstrap, seed=seed)
+    result: dict[str, Any] = {"points": len(points), **parametric.to_dict()}
+    curves = isoflop_curves(points)
+    budgets = []
+    for curve in curves:
+        c6 = _six_nd(curve)
+        n_opt, d_opt = parametric.law.optimal(c6)
+        low, high = parametric.interval_of(lambda law, c6=c6: law.optimal(c6)[1] / law.optimal(c6)[0])
+        budgets.append({"flops": float(np.median([p.flops for p in curve])), "six_nd": c6, "params_opt": n_opt,
+                        "tokens_opt": d_opt, "tokens_per_param": d_opt / n_opt,
+                        "tokens_per_param_interval": [low, high]})
+    result["budgets"] = budgets
+    try:
+        isoflop = fit_isoflop(curves, bootstrap=bootstrap, seed=seed)
+    except TinyLMError as reason:
+        result["approach2"] = None
+        result["approach2_problem"] = str(reason)
+        return result, parametric
+    result["approach2"] = isoflop.to_dict()
+    result["approach2_problem"] = None
+    for entry in budgets:
+        match = next((c for c in isoflop.curves if abs(c.flops - entry["flops"]) <= 1e-9 * entry["flops"]), None)
+        if match is not None and match.best_params:
+            entry["approach2_params"] = match.best_params
+            entry["approach2_tokens_per_param"] = match.best_tokens / match.best_params  # type: ignore[operator]
+            entry["params_ratio_3_to_2"] = entry["params_opt"] / match.best_params
+    check_finite(result)
+    return result, parametric
+
+
+def check_finite(result: dict[str, Any]) -> None:
+    """Never print a number the fit does not trust: a NaN or infinity anywhere refuses the whole result."""
+    for name in NAMES:
+        if not math.isfinite(result[name]):
+            raise TinyLMError(f"Approach 3 did not converge: {name} is {result[name]}; no law is printed")
+
+
+def describe(fit: ParametricFit) -> str:
+    law = fit.law
+    return (f"L(N, D) = {law.E:.3f} + {law.A:.4g} / N^{law.alpha:.3f} + {law.B:.4g} / D^{law.beta:.3f}")
