@@ -10,13 +10,13 @@ import pytest
 
 from test_train_support import VOCAB, data_dir
 from tinylm.cli.main import main
+from tinylm.depth import DepthRule
 from tinylm.errors import TinyLMError
 from tinylm.models.factory import build_model
 from tinylm.presets import preset_config
 from tinylm.scaling import budget as budget_module
 from tinylm.scaling import sweep as sweep_module
 from tinylm.scaling.budget import budget_run, run_flops, run_plan
-from tinylm.scaling.depth import DepthRule
 from tinylm.scaling.fit import fit_points
 from tinylm.scaling.points import read_points
 from tinylm.scaling.predict import PREDICTION, next_budget, plan_prediction, run_prediction
@@ -135,7 +135,8 @@ def test_a_sweep_trains_its_points_and_resumes_without_retraining(tmp_path: Path
     # a sweep stopped after a run saved its checkpoint, before its row: the run resumes there, scores the same
     points_file = tmp_path / "sweep" / POINTS
     points_file.write_text("".join(line + "\n" for line in points_file.read_text().splitlines()[:-1]))
-    assert run_sweep(options, say=again.append) == rows
+    resumed = run_sweep(options, say=again.append)
+    assert [{**r, "wall_s": 0} for r in resumed] == [{**r, "wall_s": 0} for r in rows]
     with pytest.raises(TinyLMError, match="holds a sweep with another seed"):
         run_sweep(micro_options(tmp_path / "sweep", seed=7), say=lines.append)
 
@@ -165,3 +166,21 @@ def test_the_prediction_is_written_before_its_run(tmp_path: Path, monkeypatch: p
     assert done["measured_mean"] == pytest.approx(plan["predicted_loss"] * 1.015)
     assert done["error"] == pytest.approx(1 / 1.015 - 1)
     assert json.loads((tmp_path / "s" / PREDICTION).read_text())["measured"] == done["measured"]
+
+
+def test_jobs_train_the_points_in_pinned_worker_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("two jobs need two cores")
+    monkeypatch.setattr(sweep_module, "MIN_STEPS", 2)
+    monkeypatch.setattr(budget_module, "MIN_STEPS", 2)
+    shares = sweep_module._core_shares(2)
+    assert len(shares) == 2 and not set(shares[0]) & set(shares[1]) and all(shares)
+    lines: list[str] = []
+    rows = run_sweep(micro_options(tmp_path / "two", jobs=2), say=lines.append)
+    assert [(r["depth"], r["steps"]) for r in rows] == [(d, budget_run(d, 3e10, overrides={"vocab_size": VOCAB}).steps)
+                                                        for d in (1, 2, 3)]
+    assert all(r["loss"] > 0 for r in rows) and len(read_points(tmp_path / "two" / POINTS)) == 3
+    with pytest.raises(TinyLMError, match="would put two runs on one core"):
+        ScalingOptions(jobs=len(os.sched_getaffinity(0)) + 1)

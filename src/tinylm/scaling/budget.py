@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinylm.config import ModelConfig
+from tinylm.depth import CONTEXT, DepthRule
 from tinylm.models.accounting import attention_flops_per_token, count_params
 from tinylm.models.factory import build_model
-from tinylm.scaling.depth import CONTEXT, DepthRule
 from tinylm.train.batch_plan import BatchPlan
 
 # the record's warmups, as shares of its 600-step run: a budget's run keeps their proportions

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tinylm.depth import MAX_DEPTH
 from tinylm.errors import TinyLMError
 from tinylm.scaling.budget import MIN_STEPS, budget_run
-from tinylm.scaling.depth import MAX_DEPTH
 from tinylm.scaling.parametric_fit import ParametricFit
 from tinylm.scaling.sweep import ScalingOptions, run_points
 

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from tinylm.checkpoint import list_checkpoints
+from tinylm.depth import MAX_DEPTH
 from tinylm.errors import TinyLMError
 from tinylm.options import SEED, Option, check_options, option_from
 from tinylm.scaling.budget import MIN_STEPS, BudgetRun, budget_run, warmup_steps
-from tinylm.scaling.depth import MAX_DEPTH
 from tinylm.stages.pretrain.config import PretrainConfig
 
 POINTS, SWEEP = "points.jsonl", "sweep.json"
@@ -46,7 +46,7 @@ class ScalingOptions:
     budgets: list[float] = Option("compute budgets in FLOPs, comma-separated (each spent by every depth that "
                                   "gets 50 steps or more)", low=1e6, high=1e30, metavar="C[,C...]")(
         default_factory=lambda: list(DEFAULT_BUDGETS))
-    depths: list[int] = Option("depths to try at each budget (scaling/depth.py's rule)", low=1, high=MAX_DEPTH,
+    depths: list[int] = Option("depths to try at each budget (depth.py's rule)", low=1, high=MAX_DEPTH,
                                metavar="N[,N...]")(default_factory=lambda: list(DEFAULT_DEPTHS))
     arch: str = option_from(PretrainConfig, "arch")
     data: str | None = option_from(PretrainConfig, "data")

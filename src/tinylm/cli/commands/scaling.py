@@ -11,7 +11,7 @@ ACTION is one of:
   predict   fit the sweep in --out, predict the best depth and its final dev loss one budget step up (or at
             --budget), write the prediction down, then train it on --seeds and report how close it came.
 
-The depth dial (`tinylm train --depth N`, scaling/depth.py) makes the family: width 32N, N blocks, context
+The depth dial (`tinylm train --depth N`, depth.py) makes the family: width 32N, N blocks, context
 256, the AdamW lr as 1/sqrt(width), 4N rows per batch; depth 4 is the `tiny` preset.
 
 examples:
@@ -32,6 +32,12 @@ from typing import Any
 from tinylm.cli.options import add_config_options, add_option, config_from_args
 from tinylm.errors import TinyLMError
 from tinylm.options import JSON, SEEDS, Option
+from tinylm.scaling.fit import fit_points
+from tinylm.scaling.plots import plot_all
+from tinylm.scaling.points import read_points
+from tinylm.scaling.predict import next_budget, run_prediction
+from tinylm.scaling.report import fit_lines, points_table, prediction_lines
+from tinylm.scaling.sweep import POINTS, SWEEP, ScalingOptions, read_rows, run_sweep
 
 ACTIONS = ("run", "fit", "predict")
 HELP = "scaling laws: an IsoFLOP sweep over depths and budgets, Chinchilla's two fits, a prediction then its run"
@@ -41,7 +47,6 @@ OPTION_ACTIONS: dict[str, tuple[str, ...]] = {"points": ("fit",), "seeds": ("pre
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from tinylm.scaling.sweep import ScalingOptions  # here: the sweep's module imports torch (see cli/main.py)
 
     parser.add_argument("action", nargs="?", default="run", metavar="ACTION", help=f"one of {', '.join(ACTIONS)}")
     add_config_options(parser, ScalingOptions, checked_here=True)
@@ -65,15 +70,11 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinylm.scaling.sweep import ScalingOptions  # here: the sweep's module imports torch (see cli/main.py)
-
     _check(args)
     options = config_from_args(ScalingOptions, args)
     if args.action == "fit" and args.points is not None:
         return _fit_and_show(args, args.points, None)
     if args.action == "run":
-        from tinylm.scaling.sweep import run_sweep  # here: see above
-
         run_sweep(options, say=_say)
         return _fit_and_show(args, None, options)
     options = _sweep_options(options)
@@ -86,25 +87,19 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _sweep_options(options: Any) -> Any:
+def _sweep_options(options: ScalingOptions) -> ScalingOptions:
     """The options a sweep folder was made with (its arch, data, seed), so predict and fit read it as it is."""
-    from tinylm.scaling.sweep import SWEEP  # here: see above
 
     record = Path(options.out) / SWEEP
     if not record.is_file():
         raise TinyLMError(f"{options.out} holds no sweep ({SWEEP} is missing): run `tinylm scaling --out "
                           f"{options.out}` first, or fit a points file with --points")
     fixed = json.loads(record.read_text(encoding="utf-8"))
-    return options.__class__(**{**{k: v for k, v in vars(options).items()}, **fixed["fixed"],
+    return ScalingOptions(**{**{k: v for k, v in vars(options).items()}, **fixed["fixed"],
                                 "budgets": fixed["budgets"], "depths": fixed["depths"]})
 
 
 def _fit_and_show(args: argparse.Namespace, points_file: str | None, options: Any) -> int:
-    from tinylm.scaling.fit import fit_points
-    from tinylm.scaling.plots import plot_all
-    from tinylm.scaling.points import read_points
-    from tinylm.scaling.report import fit_lines, points_table
-    from tinylm.scaling.sweep import POINTS, read_rows
 
     source = Path(points_file) if points_file else Path(options.out) / POINTS
     points = read_points(source)
@@ -124,11 +119,6 @@ def _fit_and_show(args: argparse.Namespace, points_file: str | None, options: An
 
 
 def _predict(args: argparse.Namespace, options: Any) -> int:
-    from tinylm.scaling.fit import fit_points
-    from tinylm.scaling.points import read_points
-    from tinylm.scaling.predict import next_budget, run_prediction
-    from tinylm.scaling.report import prediction_lines
-    from tinylm.scaling.sweep import POINTS
 
     _, fit = fit_points(read_points(Path(options.out) / POINTS), bootstrap=args.bootstrap or 200)
     budget = args.budget or next_budget(options.budgets)

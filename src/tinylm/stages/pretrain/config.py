@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinylm.config import ModelConfig, parse_override
+from tinylm.depth import MAX_DEPTH, DepthRule
 from tinylm.errors import TinyLMError
 from tinylm.inference.sampling import check_sampling_options
 from tinylm.options import BATCH_SIZE, TEMPERATURE, TOP_K, Option
 from tinylm.presets import PRESETS, preset_config
-from tinylm.scaling.depth import MAX_DEPTH, DepthRule
 from tinylm.train.batch_plan import check_quarters
 from tinylm.train.config import BUDGET, LOGGING, MODEL_AND_DATA, OPTIMIZER, EngineConfig
 
@@ -34,7 +34,7 @@ class PretrainConfig(EngineConfig):
                          group=MODEL_AND_DATA)("tiny")
     depth: int | None = Option(
         "one dial for the model and its recipe: width 32N, N blocks, heads of 32, context 256, the AdamW lr "
-        "scaled as 1/sqrt(width), 4N rows per batch (scaling/depth.py; depth 4 is `tiny`); replaces --preset's shape, "
+        "scaled as 1/sqrt(width), 4N rows per batch (depth.py; depth 4 is `tiny`); replaces --preset's shape, "
         "and --lr, --muon-lr or --batch-size given beside it win", low=1, high=MAX_DEPTH, metavar="N",
         group=MODEL_AND_DATA)(None)
     arch: str = Option("the GPT-2-style classic or the modern (Llama/Qwen-style) decoder",

@@ -89,4 +89,4 @@ class DepthRule:
         heads = f"{self.heads} head{'s' if self.heads > 1 else ''}"
         return (f"depth {self.depth}: width {self.width}, {heads} of {HEAD_DIM} ({self.kv_heads} KV), "
                 f"context {CONTEXT}; AdamW lr {self.adamw_lr:.4g}, Muon lr {self.muon_lr:g}, "
-                f"batch {self.batch_size} rows (scaling/depth.py)")
+                f"batch {self.batch_size} rows (depth.py)")
