@@ -1,5 +1,9 @@
 """`tinylm scaling fit`: both of Hoffmann et al.'s fits on one set of points, and what they say together.
 
+The JSON holds Approach 3's E, A, B, alpha, beta with their intervals and the exponents its law implies
+(law_a, law_b), and, when the points form IsoFLOP curves, Approach 2's exponents a and b (N* ~ C^a,
+D* ~ C^b) with their intervals, its curves under "approach2".
+
 Approach 3's law gives the compute-optimal split of C = 6ND in closed form (parametric_fit.py), Approach 2
 measures it per budget (isoflop_fit.py). Tokens per parameter at the optimum, D_opt / N_opt, is the number a
 recipe is set by (Chinchilla's ~20, nanochat's ~10.5): it is reported at each budget of the points, with its
@@ -51,6 +55,8 @@ def fit_points(points: list[Point], bootstrap: int = 200, seed: int = 0) -> tupl
         return result, parametric
     result["approach2"] = isoflop.to_dict()
     result["approach2_problem"] = None
+    # Approach 2's exponents at the top, as Hoffmann et al. report a and b; the law's own are law_a, law_b
+    result.update({key: result["approach2"][key] for key in ("a", "b", "a_interval", "b_interval")})
     for entry in budgets:
         match = next((c for c in isoflop.curves if abs(c.flops - entry["flops"]) <= 1e-9 * entry["flops"]), None)
         if match is not None and match.best_params:

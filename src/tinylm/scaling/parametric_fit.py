@@ -120,7 +120,7 @@ class ParametricFit:
         out: dict[str, object] = dict(zip(NAMES, self.law.values()))
         out.update({f"{name}_interval": list(self.intervals[name]) for name in NAMES})
         a, b = self.law.exponents
-        out.update({"a": a, "b": b, "rms_log_residual": self.rms_residual})
+        out.update({"law_a": a, "law_b": b, "rms_log_residual": self.rms_residual})
         return out
 
 

@@ -55,8 +55,8 @@ def plot_frontier(result: dict[str, Any], out: Path) -> Path:
     budgets = [b["six_nd"] for b in result["budgets"]]
     c = np.geomspace(min(budgets) / 3, max(budgets) * 10, 50)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(c, [law.optimal(v)[0] for v in c], "-", color="C0", label=f"Approach 3: N_opt ~ C^{result['a']:.2f}")
-    ax.plot(c, [law.optimal(v)[1] for v in c], "-", color="C1", label=f"Approach 3: D_opt ~ C^{result['b']:.2f}")
+    ax.plot(c, [law.optimal(v)[0] for v in c], "-", color="C0", label=f"Approach 3: N_opt ~ C^{result['law_a']:.2f}")
+    ax.plot(c, [law.optimal(v)[1] for v in c], "-", color="C1", label=f"Approach 3: D_opt ~ C^{result['law_b']:.2f}")
     approach2 = result.get("approach2")
     if approach2:
         found = [b for b in result["budgets"] if b.get("approach2_params")]

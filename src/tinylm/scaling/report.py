@@ -24,7 +24,8 @@ def fit_lines(result: dict[str, Any]) -> list[str]:
     for name in NAMES:
         low, high = result[f"{name}_interval"]
         lines.append(f"| {name} | {result[name]:.4g} | {low:.4g} - {high:.4g} |")
-    lines += ["", f"Compute-optimal exponents from the law: N_opt ~ C^{result['a']:.3f}, D_opt ~ C^{result['b']:.3f}"]
+    lines += ["", f"Compute-optimal exponents from the law: N_opt ~ C^{result['law_a']:.3f}, "
+                  f"D_opt ~ C^{result['law_b']:.3f}"]
     approach2 = result.get("approach2")
     if approach2:
         lines.append(f"Approach 2 (parabolas per budget): N* ~ C^{approach2['a']:.3f} "

@@ -36,7 +36,6 @@ DEFAULT_BUDGETS = [1e12, 3.16e12, 1e13]
 DEFAULT_DEPTHS = [1, 2, 3, 4, 5, 6]
 # every run is scored on the whole dev split, in rows of 16 whatever its batch (the dev split is ~90 rows)
 DEV_ROWS, DEV_BATCHES = 16, 1000
-SAYS_STOPPED = {"interrupted", "nan"}
 
 
 @dataclass
@@ -159,8 +158,12 @@ def run_points(options: ScalingOptions, runs: list[BudgetRun], seed: int, say: C
         say(f"scaling: {len(runs) - len(todo)} of {len(runs)} points already trained in {points}")
 
     def record(run: BudgetRun, summary: dict[str, Any]) -> None:
-        if summary["stopped"] in SAYS_STOPPED or summary["dev_loss"] is None:
-            raise TinyLMError(f"{folder_name(run)} stopped ({summary['stopped']}); run the sweep again to resume it")
+        if summary["stopped"] == "interrupted":  # Ctrl-C: saved; the same command resumes it (exit 130)
+            say(f"scaling: {folder_name(run)} stopped and saved: run the same command again to resume the sweep")
+            raise KeyboardInterrupt
+        if summary["stopped"] == "nan" or summary["dev_loss"] is None:
+            raise TinyLMError(f"{folder_name(run)} stopped ({summary['stopped']}) without a final dev loss: its "
+                              "point is not recorded; lower the learning rates (--depth's rule) or drop that depth")
         row = {**point_row(run, seed, summary), "run": folder_name(run)}
         done[(row["run"], seed)] = row
         with points.open("a", encoding="utf-8") as handle:
