@@ -17,8 +17,8 @@ import json
 import math
 import sys
 
-from tinylm.scaling.budget import budget_run
 from tinylm.depth import DepthRule
+from tinylm.scaling.budget import budget_run
 from tinylm.scaling.sweep import ScalingOptions, run_points
 
 

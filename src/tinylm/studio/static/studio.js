@@ -781,6 +781,8 @@ const studio = (() => {
     new uPlot(opts, columns, box);
   }
 
+  const sci = (v) => Math.abs(v) >= 1e6 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(3) : fmt(v);
+
   async function scalingPage() {
     const select = document.getElementById("sweep");
     let listing;
@@ -800,7 +802,7 @@ const studio = (() => {
       document.getElementById("fit-section").hidden = !fit;
       if (fit) {
         document.getElementById("fit").replaceChildren(plainTable(["parameter", "fit", "95% interval"],
-          ["E", "A", "B", "alpha", "beta"].map((k) => [k, fit[k], `${fmt(fit[k + "_interval"][0])} – ${fmt(fit[k + "_interval"][1])}`]), "law"));
+          ["E", "A", "B", "alpha", "beta"].map((k) => [k, sci(fit[k]), `${sci(fit[k + "_interval"][0])} – ${sci(fit[k + "_interval"][1])}`]), "law"));
         document.getElementById("budgets").replaceChildren(plainTable(["budget (6ND)", "N_opt (3)", "D/N (3)", "interval", "N* (2)", "D*/N* (2)"],
           fit.budgets.map((b) => [b.six_nd.toExponential(2), Math.round(b.params_opt), b.tokens_per_param,
             `${fmt(b.tokens_per_param_interval[0])} – ${fmt(b.tokens_per_param_interval[1])}`,
@@ -811,7 +813,7 @@ const studio = (() => {
       if (pred) {
         const rows = [["budget", pred.budget.toExponential(3)], ["depth", pred.depth], ["predicted dev loss", pred.predicted_loss],
           ["95% interval", `${fmt(pred.predicted_interval[0])} – ${fmt(pred.predicted_interval[1])}`]];
-        if (pred.measured) rows.push(["measured (seeds)", pred.measured.map(fmt).join(", ")], ["error", `${(100 * pred.error).toFixed(2)}%`]);
+        if (pred.measured) rows.push(["measured (seeds)", pred.measured.map(fmt).join(", ")], ["error", `${pred.error > 0 ? "+" : ""}${(100 * pred.error).toFixed(2)}%`]);
         document.getElementById("prediction").replaceChildren(plainTable(["", ""], rows, "prediction-table"));
       }
       document.getElementById("points").replaceChildren(plainTable(["run", "budget", "depth", "N", "D", "dev loss", "wall"],
