@@ -168,6 +168,7 @@ def test_the_prediction_is_written_before_its_run(tmp_path: Path, monkeypatch: p
     assert json.loads((tmp_path / "s" / PREDICTION).read_text())["measured"] == done["measured"]
 
 
+@pytest.mark.slow  # two spawned workers import torch: 13 s of the default suite for a path the docs measure
 def test_jobs_train_the_points_in_pinned_worker_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 

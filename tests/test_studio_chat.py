@@ -67,12 +67,12 @@ def test_a_reward_model_is_not_offered(root: Path, tmp_path: Path) -> None:
     assert [m["run"] for m in models] == ["sft"]
 
 
-def test_the_whole_conversation_is_sent_and_each_model_answers_its_own(root: Path) -> None:
+def test_the_whole_conversation_is_sent_and_each_model_answers_its_own(root: Path, tmp_path: Path) -> None:
     with studio(root) as url:
         sft, rl = ask(url, "sft").json(), ask(url, "rl", checkpoint="step_00000001").json()
     assert sft["choices"][0]["message"]["content"] == "return" and sft["choices"][0]["finish_reason"] == "stop"
     assert rl["choices"][0]["message"]["content"] == "urnret"
-    _, tokenizer = chat_checkpoint(root / "scratch", plain_reply)
+    _, tokenizer = chat_checkpoint(tmp_path / "scratch", plain_reply)  # not under the shared root: no new run there
     every_turn = ChatFormat.from_tokenizer(tokenizer).prompt_ids(CONVERSATION)
     assert sft["usage"]["prompt_tokens"] == len(every_turn)  # all four turns, not only the last
     assert sft["model"] == "sft@step_00000001"

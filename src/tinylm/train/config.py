@@ -142,6 +142,11 @@ class EngineConfig:
         """Each option's own range and choices, then what no single option can say."""
         check_options(self)
 
+    def unset_value(self, name: str, default: Any) -> Any:
+        """What option `name` holds when it is not given: its declared default, unless the config fills it in
+        from other options (pretraining's batch from --depth), so a resume still knows it was not given."""
+        return default
+
     @property
     def adamw_lr(self) -> float:
         """--lr, or its default for this --optimizer."""

@@ -23,9 +23,10 @@ ConfigT = TypeVar("ConfigT", bound=EngineConfig)
 
 
 def given_options(cfg: EngineConfig) -> set[str]:
-    """The options this config was given: those that differ from its class's defaults."""
+    """The options this config was given: those that differ from what they are when not given (the class's
+    default, or what the config fills in itself: `EngineConfig.unset_value`)."""
     defaults = {spec.name: spec.default for spec in option_specs(type(cfg))}
-    return {name for name, default in defaults.items() if getattr(cfg, name) != default}
+    return {name for name, default in defaults.items() if getattr(cfg, name) != cfg.unset_value(name, default)}
 
 
 def options_for_resume(cls: type[EngineConfig], values: dict[str, Any], explicit: set[str],

@@ -85,6 +85,11 @@ class PretrainConfig(EngineConfig):
             self.batch_size = self.depth_rule.batch_size if self.depth_rule else DEFAULT_BATCH_SIZE
         super().__post_init__()
 
+    def unset_value(self, name: str, default: Any) -> Any:
+        if name == "batch_size":
+            return self.depth_rule.batch_size if self.depth_rule else DEFAULT_BATCH_SIZE
+        return super().unset_value(name, default)
+
     @property
     def depth_rule(self) -> DepthRule | None:
         return DepthRule(self.depth) if self.depth is not None else None
