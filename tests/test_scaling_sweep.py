@@ -106,17 +106,23 @@ def test_bad_grids_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
 def micro_options(out: Path, **changes: object) -> ScalingOptions:
     """A sweep on the test data (its 300-token vocabulary), budgets that take seconds."""
     fields: dict = dict(budgets=[3e10], depths=[1, 2, 3], out=str(out),
-                        data=str(data_dir()), train={"overrides": {"vocab_size": VOCAB}})
+                        data=str(data_dir()), overrides={"vocab_size": VOCAB})
     return ScalingOptions(**{**fields, **changes})
 
 
-def test_a_sweep_trains_its_points_and_resumes_without_retraining(tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_sweep_trains_its_points_and_resumes_without_retraining(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(sweep_module, "MIN_STEPS", 2)  # a sweep in seconds: depth 3 gets 3 steps
     monkeypatch.setattr(budget_module, "MIN_STEPS", 2)
     options = micro_options(tmp_path / "sweep")
+    assert main(["scaling", "--budgets", "3e10", "--depths", "1,2,3", "--data", str(data_dir()), "--set",
+                 f"vocab_size={VOCAB}", "--out", str(tmp_path / "sweep")]) == 0
+    err = capsys.readouterr().err
+    assert "scaling: 3 runs over 1 budget, " in err  # then the law: 3 points cannot make one, and it says so
+    assert "every point is trained; no fit printed: Approach 3 fits 5 parameters: it needs at least 6" in err
     lines: list[str] = []
-    rows = run_sweep(options, say=lines.append)
+    rows = run_sweep(options, say=lines.append)  # the same sweep from Python: everything is trained already
+    assert any("3 of 3 points already trained" in line for line in lines)
     assert [(r["budget"], r["depth"]) for r in rows] == [(3e10, 1), (3e10, 2), (3e10, 3)]
     for row in rows:
         planned = budget_run(row["depth"], row["budget"], overrides={"vocab_size": VOCAB})

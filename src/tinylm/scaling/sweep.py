@@ -49,6 +49,8 @@ class ScalingOptions:
                                metavar="N[,N...]")(default_factory=lambda: list(DEFAULT_DEPTHS))
     arch: str = option_from(PretrainConfig, "arch")
     data: str | None = option_from(PretrainConfig, "data")
+    overrides: dict[str, Any] = option_from(PretrainConfig, "overrides", note="for every run of the sweep (its FLOPs "
+                                            "are counted for the models it makes)")
     seed: int = SEED(1)
     jobs: int = Option("runs trained at once, each pinned to its share of the cores (default 1: one run on all)",
                        low=1, high=256)(1)
@@ -65,12 +67,6 @@ class ScalingOptions:
         cores = len(os.sched_getaffinity(0))
         if self.jobs > cores:
             raise TinyLMError(f"--jobs {self.jobs} on {cores} cores would put two runs on one core; at most {cores}")
-
-
-    @property
-    def overrides(self) -> dict[str, Any]:
-        """Model fields every run changes (`train={"overrides": ...}`): the plan counts FLOPs of those models."""
-        return dict(self.train.get("overrides", {}))
 
 
 def plan_sweep(options: ScalingOptions) -> list[BudgetRun]:
@@ -95,7 +91,8 @@ def run_config(options: ScalingOptions, run: BudgetRun, seed: int, folder: Path,
     fields: dict[str, Any] = dict(depth=run.depth, arch=options.arch, data=options.data, seed=seed,
                                   max_steps=run.steps, warmup_steps=warmup_steps(run.steps), out=str(folder),
                                   resume=resume, sample_tokens=0, eval_every=0, checkpoint_every=0,
-                                  eval_batch_size=DEV_ROWS, eval_batches=DEV_BATCHES, progress=False, threads=threads)
+                                  eval_batch_size=DEV_ROWS, eval_batches=DEV_BATCHES, progress=False, threads=threads,
+                                  overrides=dict(options.overrides))
     return PretrainConfig(**{**fields, **options.train})
 
 
@@ -125,10 +122,11 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 
 def _check_same_sweep(out: Path, options: ScalingOptions) -> None:
     """A sweep folder is one arch, one data and one seed: a second sweep there would mix two laws."""
-    fixed = {"arch": options.arch, "data": options.data, "seed": options.seed, "train": options.train}
+    fixed = {"arch": options.arch, "data": options.data, "seed": options.seed, "overrides": options.overrides,
+             "train": options.train}
     record = out / SWEEP
     if record.is_file():
-        before = json.loads(record.read_text(encoding="utf-8"))["fixed"]
+        before = {"overrides": {}, **json.loads(record.read_text(encoding="utf-8"))["fixed"]}
         changed = [k for k in fixed if before.get(k) != fixed[k]]
         if changed:
             raise TinyLMError(f"{out} holds a sweep with another {', '.join(changed)} "
@@ -196,6 +194,7 @@ def run_sweep(options: ScalingOptions, say: Callable[[str], None] = lambda line:
     runs = plan_sweep(options)
     _check_same_sweep(Path(options.out), options)
     total = sum(run.flops for run in runs)
-    say(f"scaling: {len(runs)} runs over {len(set(r.budget for r in runs))} budgets, {total:.3g} FLOPs in all, into "
-        f"{options.out}")
+    budgets = len({r.budget for r in runs})
+    say(f"scaling: {len(runs)} runs over {budgets} budget{'s' if budgets > 1 else ''}, {total:.3g} FLOPs in all, "
+        f"into {options.out}")
     return run_points(options, runs, options.seed, say)

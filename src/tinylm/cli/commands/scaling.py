@@ -76,7 +76,11 @@ def run(args: argparse.Namespace) -> int:
         return _fit_and_show(args, args.points, None)
     if args.action == "run":
         run_sweep(options, say=_say)
-        return _fit_and_show(args, None, options)
+        try:
+            return _fit_and_show(args, None, options)
+        except TinyLMError as reason:  # the sweep is done; its points do not (yet) make a law worth printing
+            _say(f"scaling: every point is trained; no fit printed: {reason}")
+            return 0
     options = _sweep_options(options)
     if args.action == "fit":
         return _fit_and_show(args, None, options)
