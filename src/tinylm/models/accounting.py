@@ -41,8 +41,14 @@ def attention_flops_per_token(config: ModelConfig, seq_len: int) -> int:
     return 6 * config.n_blocks * context * config.n_head * per_head
 
 
+def matmul_params(model: nn.Module) -> int:
+    """N of 6N: the active non-embedding parameters, plus a tied table, which is also the output head (a matmul
+    every token pays for)."""
+    n = count_params(model, non_embedding=True, active=True)
+    if model.config.tie_embeddings:
+        n += model.token_embed.weight.numel()
+    return n
+
+
 def training_flops_per_token(model: nn.Module, seq_len: int) -> int:
-    matmul_params = count_params(model, non_embedding=True, active=True)
-    if model.config.tie_embeddings:  # the tied table is also the output head: a matmul every token pays
-        matmul_params += model.token_embed.weight.numel()
-    return 6 * matmul_params + attention_flops_per_token(model.config, seq_len)
+    return 6 * matmul_params(model) + attention_flops_per_token(model.config, seq_len)

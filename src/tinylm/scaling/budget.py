@@ -20,7 +20,7 @@ from typing import Any
 
 from tinylm.config import ModelConfig
 from tinylm.depth import CONTEXT, DepthRule
-from tinylm.models.accounting import attention_flops_per_token, count_params
+from tinylm.models.accounting import attention_flops_per_token, matmul_params
 from tinylm.models.factory import build_model
 from tinylm.train.batch_plan import BatchPlan
 
@@ -36,12 +36,7 @@ def matrix_params(config: ModelConfig) -> int:
 
 @functools.cache
 def _matrix_params(fields: str) -> int:  # a config's JSON: the model is built once per shape
-    config = ModelConfig.from_dict(json.loads(fields))
-    model = build_model(config)
-    n = count_params(model, non_embedding=True, active=True)
-    if config.tie_embeddings:
-        n += model.token_embed.weight.numel()
-    return n
+    return matmul_params(build_model(ModelConfig.from_dict(json.loads(fields))))
 
 
 def flops_per_token(config: ModelConfig, row_len: int) -> int:

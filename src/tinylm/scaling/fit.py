@@ -18,18 +18,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from tinylm.errors import TinyLMError
 from tinylm.scaling.isoflop_fit import fit_isoflop
 from tinylm.scaling.parametric_fit import NAMES, ParametricFit, fit_parametric
-from tinylm.scaling.points import Point, isoflop_curves
-
-
-def _six_nd(curve: list[Point]) -> float:
-    """The budget of a curve as 6ND, converted by its own points' share of 6ND in their FLOPs."""
-    share = float(np.mean([6 * p.params * p.tokens / p.flops for p in curve]))
-    return float(np.median([p.flops for p in curve])) * share
+from tinylm.scaling.points import Point, curve_flops, isoflop_curves, six_nd
 
 
 def fit_points(points: list[Point], bootstrap: int = 200, seed: int = 0) -> tuple[dict[str, Any], ParametricFit]:
@@ -37,13 +29,14 @@ def fit_points(points: list[Point], bootstrap: int = 200, seed: int = 0) -> tupl
     The result as JSON-ready numbers, and Approach 3's fit (its bootstrap laws give any prediction an interval)."""
     parametric = fit_parametric(points, bootstrap=bootstrap, seed=seed)
     result: dict[str, Any] = {"points": len(points), **parametric.to_dict()}
+    check_finite(result)
     curves = isoflop_curves(points)
     budgets = []
     for curve in curves:
-        c6 = _six_nd(curve)
+        c6 = six_nd(curve)
         n_opt, d_opt = parametric.law.optimal(c6)
         low, high = parametric.interval_of(lambda law, c6=c6: law.optimal(c6)[1] / law.optimal(c6)[0])
-        budgets.append({"flops": float(np.median([p.flops for p in curve])), "six_nd": c6, "params_opt": n_opt,
+        budgets.append({"flops": curve_flops(curve), "six_nd": c6, "params_opt": n_opt,
                         "tokens_opt": d_opt, "tokens_per_param": d_opt / n_opt,
                         "tokens_per_param_interval": [low, high]})
     result["budgets"] = budgets
@@ -63,7 +56,6 @@ def fit_points(points: list[Point], bootstrap: int = 200, seed: int = 0) -> tupl
             entry["approach2_params"] = match.best_params
             entry["approach2_tokens_per_param"] = match.best_tokens / match.best_params  # type: ignore[operator]
             entry["params_ratio_3_to_2"] = entry["params_opt"] / match.best_params
-    check_finite(result)
     return result, parametric
 
 
@@ -73,7 +65,3 @@ def check_finite(result: dict[str, Any]) -> None:
         if not math.isfinite(result[name]):
             raise TinyLMError(f"Approach 3 did not converge: {name} is {result[name]}; no law is printed")
 
-
-def describe(fit: ParametricFit) -> str:
-    law = fit.law
-    return (f"L(N, D) = {law.E:.3f} + {law.A:.4g} / N^{law.alpha:.3f} + {law.B:.4g} / D^{law.beta:.3f}")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinylm.errors import TinyLMError
-from tinylm.scaling.points import Point
+from tinylm.scaling.points import Point, curve_flops
 
 BOOTSTRAP = 200
 
@@ -54,7 +54,7 @@ class CurveFit:
 
 def fit_curve(points: list[Point]) -> CurveFit:
     """The parabola of one IsoFLOP curve (at least three sizes) and its minimum."""
-    flops = float(np.median([p.flops for p in points]))
+    flops = curve_flops(points)
     x = np.log([p.params for p in points])
     coefficients = tuple(float(c) for c in np.polyfit(x, [p.loss for p in points], 2))
     a, b, _ = coefficients

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
@@ -83,6 +84,11 @@ class Law:
     def from_theta(cls, theta: np.ndarray) -> Law:
         a, b, e, alpha, beta = (float(v) for v in theta)
         return cls(math.exp(e), math.exp(a), math.exp(b), alpha, beta)
+
+    @classmethod
+    def of(cls, result: dict[str, Any]) -> Law:
+        """The law in a fit's JSON (`E`, `A`, `B`, `alpha`, `beta`)."""
+        return cls(*(float(result[name]) for name in NAMES))
 
     def loss(self, params: float, tokens: float) -> float:
         return self.E + self.A / params ** self.alpha + self.B / tokens ** self.beta

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,3 +77,14 @@ def isoflop_curves(points: list[Point]) -> list[list[Point]]:
         else:
             curves.append([point])
     return [sorted(curve, key=lambda p: p.params) for curve in curves]
+
+
+def curve_flops(curve: list[Point]) -> float:
+    """An IsoFLOP curve's budget: its points' FLOPs (equal within 5%), their median."""
+    return statistics.median(p.flops for p in curve)
+
+
+def six_nd(curve: list[Point]) -> float:
+    """A curve's budget as 6ND (what the law's closed form speaks of), converted by its own points' share of 6ND
+    in their FLOPs (the rest is attention)."""
+    return curve_flops(curve) * statistics.fmean(6 * p.params * p.tokens / p.flops for p in curve)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tinylm.bench.result_files import write_result_files
 from tinylm.depth import MAX_DEPTH
 from tinylm.errors import TinyLMError
 from tinylm.scaling.budget import MIN_STEPS, budget_run
@@ -65,7 +66,7 @@ def run_prediction(options: ScalingOptions, fit: ParametricFit, budget: float, s
     say(f"prediction (before training): at {budget:.3g} FLOPs the law's best depth is {plan['depth']} "
         f"({plan['params']:,} params x {plan['tokens']:,} tokens), final dev loss {plan['predicted_loss']:.4f} "
         f"(95% interval {low:.4f}-{high:.4f})")
-    _write(record, plan)
+    _write(out, plan)
     run = budget_run(plan["depth"], budget, options.arch, options.overrides)
     rows = []
     for seed in seeds:
@@ -77,11 +78,9 @@ def run_prediction(options: ScalingOptions, fit: ParametricFit, budget: float, s
                  "measured_spread": max(losses) - min(losses),
                  "measured_std": statistics.stdev(losses) if len(losses) > 1 else 0.0,
                  "error": (plan["predicted_loss"] - mean) / mean})
-    _write(record, plan)
+    _write(out, plan)
     return plan
 
 
-def _write(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+def _write(out: Path, plan: dict[str, Any]) -> None:
+    write_result_files(out, {PREDICTION: json.dumps(plan, indent=2) + "\n"}, {}, "the prediction")

@@ -24,6 +24,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from tinylm.bench.result_files import check_writable, write_result_files
 from tinylm.checkpoint import list_checkpoints
 from tinylm.depth import MAX_DEPTH
 from tinylm.errors import TinyLMError
@@ -131,11 +132,9 @@ def _check_same_sweep(out: Path, options: ScalingOptions) -> None:
         if changed:
             raise TinyLMError(f"{out} holds a sweep with another {', '.join(changed)} "
                               f"({', '.join(f'{k}={before.get(k)!r}' for k in changed)}): use another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = record.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"fixed": fixed, "budgets": sorted(set(options.budgets)),
-                               "depths": sorted(set(options.depths))}, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(record)
+    check_writable(out)  # before any run: a folder it cannot write to is one line, not an hour later
+    grid = {"fixed": fixed, "budgets": sorted(set(options.budgets)), "depths": sorted(set(options.depths))}
+    write_result_files(out, {SWEEP: json.dumps(grid, indent=2) + "\n"}, {}, "the sweep's record")
 
 
 def _core_shares(jobs: int) -> list[list[int]]:

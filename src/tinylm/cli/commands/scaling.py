@@ -29,11 +29,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tinylm.bench.result_files import write_result_files
 from tinylm.cli.options import add_config_options, add_option, config_from_args
 from tinylm.errors import TinyLMError
 from tinylm.options import JSON, SEEDS, Option
 from tinylm.scaling.fit import fit_points
-from tinylm.scaling.plots import plot_all
+from tinylm.scaling.plots import drawings
 from tinylm.scaling.points import read_points
 from tinylm.scaling.predict import next_budget, run_prediction
 from tinylm.scaling.report import fit_lines, points_table, prediction_lines
@@ -99,8 +100,8 @@ def _sweep_options(options: ScalingOptions) -> ScalingOptions:
         raise TinyLMError(f"{options.out} holds no sweep ({SWEEP} is missing): run `tinylm scaling --out "
                           f"{options.out}` first, or fit a points file with --points")
     fixed = json.loads(record.read_text(encoding="utf-8"))
-    return ScalingOptions(**{**{k: v for k, v in vars(options).items()}, **fixed["fixed"],
-                                "budgets": fixed["budgets"], "depths": fixed["depths"]})
+    return ScalingOptions(**{**vars(options), **fixed["fixed"], "budgets": fixed["budgets"],
+                             "depths": fixed["depths"]})
 
 
 def _fit_and_show(args: argparse.Namespace, points_file: str | None, options: Any) -> int:
@@ -114,11 +115,12 @@ def _fit_and_show(args: argparse.Namespace, points_file: str | None, options: An
         print("\n".join(fit_lines(result)))
     if options is not None:  # a sweep folder: its table, fit and pictures beside its points
         out = Path(options.out)
-        _write(out / "fit.json", json.dumps(result, indent=2) + "\n")
-        _write(out / "scaling.md", "\n".join(["# Scaling sweep", "", *points_table(read_rows(source)), "",
-                                              *fit_lines(result), ""]))
-        plots = plot_all(points, result, out)
-        _say(f"wrote {out}/fit.json, scaling.md, {', '.join(p.name for p in plots)}")
+        texts = {"fit.json": json.dumps(result, indent=2) + "\n",
+                 "scaling.md": "\n".join(["# Scaling sweep", "", *points_table(read_rows(source)), "",
+                                          *fit_lines(result), ""])}
+        plots = drawings(points, result)
+        write_result_files(out, texts, plots, "the sweep's fit")
+        _say(f"wrote {out}/{', '.join([*texts, *plots])}")
     return 0
 
 
@@ -130,8 +132,3 @@ def _predict(args: argparse.Namespace, options: Any) -> int:
     print(json.dumps(plan, indent=2) if args.json else "\n".join(prediction_lines(plan)))
     return 0
 
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
