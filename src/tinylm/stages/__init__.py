@@ -17,6 +17,8 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tinylm.stages.distill.config import DistillConfig
+from tinylm.stages.distill.stage import DistillStage
 from tinylm.stages.post_config import FromBaseConfig
 from tinylm.stages.preference.config import DPOConfig, RewardConfig
 from tinylm.stages.preference.dpo import DPOStage
@@ -112,6 +114,12 @@ STAGES: dict[str, StageSpec] = {spec.name: spec for spec in (
     StageSpec("dpo", f"preference tuning on pairs: --loss {'|'.join(LOSSES)}", DPOConfig, DPOStage,
               scores=(*_PAIR_SCORES, ("dev_logp_accuracy", "chosen likelier", "{:.1%}"), _EXACT),
               preview=pair_preview, road_slot="dpo"),
+    StageSpec("distill", "learn from a teacher's next-token distributions: --divergence forward_kl|reverse_kl|jsd, "
+              "a logit cache, sequence-level, on-policy (GKD)", DistillConfig, DistillStage,
+              scores=(("dev_divergence", "held-out divergence to the teacher", "{:.4f}"),
+                      ("dev_agreement", "top-1 agreement", "{:.1%}"), _EXACT),
+              curves={"loss": ("loss", "dev_loss"), "divergence": ("divergence", "dev_divergence"),
+                      "agreement": ("agreement", "dev_agreement"), "evaluation": ("exact_match", "dev_bpb")}),
     StageSpec("rl", f"RL from verifiable rewards: --algo {'|'.join(algorithms())}", RLConfig, RLStage,
               scores=(_EXACT,), plots=("rl.png", "loss.png"), curves=RL_CURVES,
               preview=prompt_preview, road_slot="grpo"),
