@@ -12,15 +12,23 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from tinylm.config import ModelConfig, parse_override
+from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
-from tinylm.options import MAX_NEW_TOKENS, Option
-from tinylm.presets import PRESETS, preset_config
+from tinylm.options import MAX_NEW_TOKENS, TEMPERATURE, TOP_K, Option, option_from
+from tinylm.presets import preset_config
 from tinylm.stages.distill.divergences import DIVERGENCES
+from tinylm.stages.post_config import FromBaseConfig
+from tinylm.stages.pretrain.config import PretrainConfig  # a fresh student is shaped as pretraining shapes one
 from tinylm.tasks.registry import builtin_specs
 from tinylm.train.config import MODEL_AND_DATA, EngineConfig
 
 TEACHER, LOSS, ON_POLICY = "teacher and student", "the loss", "on-policy and sequence-level"
+# the shared flags, meaning here what they mean to distillation
+DISTILL_TEMPERATURE = dataclasses.replace(TEMPERATURE, help="both distributions are softmax(logits / T), T > 0",
+                                          low=0, low_open=True)
+TEACHER_TOP_K = dataclasses.replace(TOP_K, help="the divergence on the teacher's K most likely tokens only, both "
+                                    "sides renormalised (default: the whole vocabulary; a logit cache keeps K, "
+                                    "default 32)")
 
 
 @dataclass
@@ -29,14 +37,12 @@ class DistillConfig(EngineConfig):
 
     teacher: str | None = Option("the teacher: a checkpoint or run folder with the student's tokenizer (not "
                                  "needed when --logit-cache holds its logits)", metavar="RUN", group=TEACHER)(None)
-    preset: str = Option("a fresh student of this size", choices=lambda: tuple(PRESETS), strict_choices=False,
-                         group=TEACHER)("tiny")
-    arch: str = Option("the fresh student's decoder", choices=("modern", "classic"), group=TEACHER)("modern")
-    overrides: dict[str, Any] = Option(
-        "override a fresh student's model field, e.g. --set n_layer=2 (repeatable)", flag="--set",
-        metavar="FIELD=VALUE", items=True, parse_item=parse_override, group=TEACHER)(default_factory=dict)
-    base: str | None = Option("start the student from this checkpoint instead of a fresh --preset", metavar="RUN",
-                              group=TEACHER)(None)
+    preset: str = option_from(PretrainConfig, "preset", note="of a fresh student", group=TEACHER)
+    arch: str = option_from(PretrainConfig, "arch", group=TEACHER)
+    overrides: dict[str, Any] = option_from(PretrainConfig, "overrides", note="of a fresh student; its vocabulary is "
+                                            "the teacher's", group=TEACHER)
+    base: str | None = option_from(FromBaseConfig, "base", None, note="here: the student, a fresh --preset when not "
+                                   "given", group=TEACHER)
     data: str | None = Option("a prepared data folder (text), or conversations: a task (" +
                               ", ".join(builtin_specs()) + "), FILE.jsonl or hf:NAME (default: the teacher's "
                               "pretraining data)", metavar="SPEC", group=MODEL_AND_DATA)(None)
@@ -53,11 +59,8 @@ class DistillConfig(EngineConfig):
                              group=LOSS)("forward_kl")
     beta: float = Option("jsd's weight, TRL's convention: 0 = forward KL(teacher || student), 1 = reverse "
                          "KL(student || teacher), taken exactly at the ends", low=0, high=1, group=LOSS)(0.5)
-    temperature: float = Option("both distributions are softmax(logits / T)", low=0, low_open=True,
-                                metavar="T", group=LOSS)(1.0)
-    top_k: int | None = Option("the divergence on the teacher's K most likely tokens only, both sides renormalised "
-                               "(default: the whole vocabulary; a logit cache keeps K, default 32)", low=1,
-                               metavar="K", group=LOSS)(None)
+    temperature: float = DISTILL_TEMPERATURE(1.0, group=LOSS)
+    top_k: int | None = TEACHER_TOP_K(None, group=LOSS)
     ce_weight: float = Option("each trained token's loss is (1 - W) x divergence + W x cross-entropy on the data's "
                               "token (on-policy tokens have no data token: divergence alone)", low=0, high=1,
                               metavar="W", group=LOSS)(0.5)
@@ -77,9 +80,6 @@ class DistillConfig(EngineConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.teacher is None and self.logit_cache is None:
-            raise TinyLMError("--teacher is required: the checkpoint or run folder to learn from (or --logit-cache "
-                              "DIR holding its logits)")
         if self.on_policy and self.logit_cache:
             raise TinyLMError("--on-policy needs the teacher to score the student's own samples: a logit cache "
                               "holds the data's tokens only (drop --logit-cache)")
@@ -87,6 +87,12 @@ class DistillConfig(EngineConfig):
             raise TinyLMError("--sequence-level learns from the teacher's answers, which no logit cache holds")
         if self.base and (self.overrides or self.preset != "tiny" or self.arch != "modern"):
             raise TinyLMError("--base starts from a trained student: --preset, --arch and --set shape a fresh one")
+
+    def check_teacher(self) -> None:
+        """At the run's start, not in validate: a form or --help builds the defaults, which name no teacher."""
+        if self.teacher is None and self.logit_cache is None:
+            raise TinyLMError("--teacher is required: the checkpoint or run folder to learn from (or --logit-cache "
+                              "DIR holding its logits)")
 
     @property
     def cache_top_k(self) -> int:

@@ -80,6 +80,7 @@ class DistillSetup(ModelPlan):
 
 def plan_models(start: StageStart[DistillConfig]) -> ModelPlan:
     cfg = start.cfg
+    cfg.check_teacher()
     cache_dir = Path(cfg.logit_cache) if cfg.logit_cache else None
     cache_info = read_info(cache_dir) if cache_dir is not None and has_cache(cache_dir) else None
     teacher = teacher_checkpoint(cfg.teacher) if cfg.teacher else None
