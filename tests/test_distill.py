@@ -292,3 +292,30 @@ def test_conversations_are_distilled_on_the_assistants_tokens_with_exact_match(t
     meta = json.loads((list_checkpoints(tmp_path / "chat")[-1] / "config.json").read_text())
     assert "{%- generation -%}" in meta["chat_template"]
     assert [link["stage"] for link in meta["lineage"]] == ["pretrain", "distill"]
+
+
+def _rl_args(out: Path, teacher: Path, *extra: str) -> list[str]:
+    return ["rl", "--base", str(base_run()), "--task", TASK, "--out", str(out), "--batch-size", "2", "--group-size",
+            "3", "--max-new-tokens", "5", "--max-steps", "2", "--eval-every", "0", "--eval-examples", "3",
+            "--train-examples", "40", "--no-progress", "--threads", "1", "--seed", "5", "--lr", "0.003",
+            "--teacher", str(teacher), *extra]
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo"])
+def test_the_rl_form_scores_each_rollout_by_its_reverse_kl_to_the_teacher(tmp_path: Path, algo: str) -> None:
+    """With the policy itself as the teacher the sampled reverse KL is 0 at the first step (the sampler's log-probs
+    and the teacher's forward agree); with another teacher it is positive, and with --reward none the score is
+    the KL's alone."""
+    assert main(_rl_args(tmp_path / "self", base_run(), "--algo", algo, "--reward", "none", "--dtype", "fp32")) == 0
+    first = next(r for r in rows(tmp_path / "self") if "teacher_kl" in r)
+    assert abs(first["teacher_kl"]) < 1e-5 and first["reward"] == 0.0
+    assert main(_rl_args(tmp_path / "other", chat_teacher(), "--algo", algo, "--reward", "none")) == 0
+    logged = [r for r in rows(tmp_path / "other") if "teacher_kl" in r]
+    assert len(logged) == 2 and all(r["teacher_kl"] > 0.01 and r["reward"] == 0.0 for r in logged)
+
+
+def test_the_rl_form_refuses_a_teacher_with_another_tokenizer(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_rl_args(tmp_path / "rl", _other_tokenizer_teacher(tmp_path))) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "splits text differently" in err[0]

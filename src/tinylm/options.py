@@ -215,6 +215,7 @@ TOP_K = Option("sample among the K most likely tokens", low=1, high=COUNT_LIMIT,
 TOP_P = Option("nucleus sampling: the most likely tokens holding probability P, in (0, 1]", metavar="P")
 MAX_NEW_TOKENS = Option("tokens to generate at most", low=0, high=1_000_000, metavar="N",
                         reason="a million tokens is hours of decoding; more is a typo, refused before allocating")
+TEACHER = Option("a teacher: a checkpoint or run folder that splits text as the student does", metavar="RUN")
 CHECKPOINT = Option("a run folder (newest checkpoint) or a checkpoint folder", metavar="RUN", required=True)
 INT8 = Option("int8 weights for the linear layers: a quarter of the weight memory, logits within a tested tolerance")
 SYSTEM = Option("a system prompt (chat models)", metavar="TEXT")

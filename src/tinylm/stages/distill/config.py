@@ -14,7 +14,7 @@ from typing import Any
 
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
-from tinylm.options import MAX_NEW_TOKENS, TEMPERATURE, TOP_K, Option, option_from
+from tinylm.options import MAX_NEW_TOKENS, TEACHER, TEMPERATURE, TOP_K, Option, option_from
 from tinylm.presets import preset_config
 from tinylm.stages.distill.divergences import DIVERGENCES
 from tinylm.stages.post_config import FromBaseConfig
@@ -22,7 +22,7 @@ from tinylm.stages.pretrain.config import PretrainConfig  # a fresh student is s
 from tinylm.tasks.registry import builtin_specs
 from tinylm.train.config import MODEL_AND_DATA, EngineConfig
 
-TEACHER, LOSS, ON_POLICY = "teacher and student", "the loss", "on-policy and sequence-level"
+TEACHER_AND_STUDENT, LOSS, ON_POLICY = "teacher and student", "the loss", "on-policy and sequence-level"
 # the shared flags, meaning here what they mean to distillation
 DISTILL_TEMPERATURE = dataclasses.replace(TEMPERATURE, help="both distributions are softmax(logits / T), T > 0",
                                           low=0, low_open=True)
@@ -35,14 +35,14 @@ TEACHER_TOP_K = dataclasses.replace(TOP_K, help="the divergence on the teacher's
 class DistillConfig(EngineConfig):
     """The engine's options plus distillation's own."""
 
-    teacher: str | None = Option("the teacher: a checkpoint or run folder with the student's tokenizer (not "
-                                 "needed when --logit-cache holds its logits)", metavar="RUN", group=TEACHER)(None)
-    preset: str = option_from(PretrainConfig, "preset", note="of a fresh student", group=TEACHER)
-    arch: str = option_from(PretrainConfig, "arch", group=TEACHER)
+    teacher: str | None = TEACHER(None, group=TEACHER_AND_STUDENT, note="not needed when --logit-cache holds its "
+                                  "logits")
+    preset: str = option_from(PretrainConfig, "preset", note="of a fresh student", group=TEACHER_AND_STUDENT)
+    arch: str = option_from(PretrainConfig, "arch", group=TEACHER_AND_STUDENT)
     overrides: dict[str, Any] = option_from(PretrainConfig, "overrides", note="of a fresh student; its vocabulary is "
-                                            "the teacher's", group=TEACHER)
+                                            "the teacher's", group=TEACHER_AND_STUDENT)
     base: str | None = option_from(FromBaseConfig, "base", None, note="here: the student, a fresh --preset when not "
-                                   "given", group=TEACHER)
+                                   "given", group=TEACHER_AND_STUDENT)
     data: str | None = Option("a prepared data folder (text), or conversations: a task (" +
                               ", ".join(builtin_specs()) + "), FILE.jsonl or hf:NAME (default: the teacher's "
                               "pretraining data)", metavar="SPEC", group=MODEL_AND_DATA)(None)

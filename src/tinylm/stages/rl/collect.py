@@ -75,8 +75,11 @@ class RolloutCollector:
 
     def __init__(self, cfg: RLConfig, algo: Algorithm, chat: ChatFormat, tokenizer: Tokenizer, task: Task,
                  pool: list[Example], reward: Reward, reference: nn.Module | None,
-                 server: RolloutServer | None = None, tools: list[Tool] | None = None) -> None:
-        """With `tools`, every rollout is a multi-turn trajectory through the tool loop (tool_rollouts.py)."""
+                 server: RolloutServer | None = None, tools: list[Tool] | None = None,
+                 teacher: nn.Module | None = None) -> None:
+        """With `tools`, every rollout is a multi-turn trajectory through the tool loop (tool_rollouts.py); with a
+        `teacher`, each rollout's score loses --teacher-coef x its summed reverse KL to it (`teacher_kl`)."""
+        self.teacher = teacher
         self.cfg, self.algo, self.server, self.tools = cfg, algo, server, tools or []
         self.chat, self.tokenizer, self.task, self.reward, self.reference = chat, tokenizer, task, reward, reference
         self.pool = pool
@@ -111,14 +114,15 @@ class RolloutCollector:
         limit, buffer = self.cfg.max_new_tokens * (self.cfg.max_turns if self.tools else 1), self.cfg.overlong_buffer
         for g in flat:
             shaping = overlong_penalty(g["mask"], limit, buffer) if algo.overlong_shaping else 0.0
-            g["score"] = g["reward"] + shaping
+            g["score"] = g["reward"] + shaping - self.cfg.teacher_coef * g["teacher_kl"]
             g["keep"] = not (algo.dynamic_sampling and any_informative and not g["informative"])
         micro_batches = [self._assemble(ctx, micro, value_model) for micro in groups]
         step_advantages(micro_batches, algo, self.cfg.group_size, self.cfg.gamma, self.cfg.lam, env)
         for b in micro_batches:  # the loss's units, counted before any row leaves
             b["units"] = torch.tensor(float(units(b["mask"], algo.aggregation)))
         rollout_s = time.perf_counter() - t0
-        totals = step_totals(micro_batches, flat, rollout_s, update_s, env, device, tools=bool(self.tools))
+        totals = step_totals(micro_batches, flat, rollout_s, update_s, env, device, tools=bool(self.tools),
+                             teacher=self.teacher is not None)
         if rows_can_be_dropped(algo, self.reference is not None):  # token means over the rows computed
             kept = torch.tensor([sum(drop_inert_rows(b) for b in micro_batches)], dtype=torch.float64, device=device)
             totals.tokens = max(float(all_reduce_sum(kept, env)[0]), 1.0)
@@ -183,6 +187,7 @@ class RolloutCollector:
             ctx.say(f"warning: {scores.failures} reward(s) failed and scored 0 (--reward-errors zero); first: "
                     f"{scores.first_failure}")
         correct = [float(self.task.verify(t, e)) for t, e in zip(texts, examples)]
+        teacher_kl = self._teacher_kl(ctx, rollouts)
         out = []
         for i in range(len(slots)):
             rows = slice(i * G, (i + 1) * G)
@@ -191,6 +196,7 @@ class RolloutCollector:
                         **self._sampler_part(rollouts, sampler_logp, rows),
                         "reward": torch.tensor(rewards[rows], dtype=torch.float64),
                         "correct": torch.tensor(correct[rows], dtype=torch.float64), "failures": 0,
+                        "teacher_kl": teacher_kl[rows],
                         "tokens": int(rollouts.response_mask[rows].sum()),
                         "calls": sum(calls[rows]), "failed_calls": sum(failed_calls[rows])})
         if scores.failures:  # attribute the failures to the first slot: only their total is logged
@@ -223,6 +229,17 @@ class RolloutCollector:
         policy.train(was_training)
         rollouts.logprobs = old.float().cpu()
         return rollouts, sampler_logp
+
+    def _teacher_kl(self, ctx: StageContext[RLConfig], rollouts: Rollouts) -> torch.Tensor:
+        """Each rollout's reverse KL to the teacher, sampled: the sum over its tokens of log pi(y_t) - log
+        pi_teacher(y_t) at the sampling temperature (0 for every rollout without a teacher)."""
+        if self.teacher is None:
+            return torch.zeros(len(rollouts.ids), dtype=torch.float64)
+        mask = rollouts.response_mask.to(ctx.device)
+        with torch.no_grad(), autocast(ctx.device, ctx.dtype):
+            teacher_logp, _ = policy_logprobs(self.teacher, rollouts.ids.to(ctx.device), self.cfg.temperature, mask)
+        gap = (rollouts.logprobs.to(ctx.device) - teacher_logp.float()) * mask
+        return gap.sum(-1).double().cpu()
 
     @staticmethod
     def _sampler_part(rollouts: Rollouts, sampler_logp: torch.Tensor | None, rows: slice) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from tinylm.errors import TinyLMError
-from tinylm.options import MAX_NEW_TOKENS, TEMPERATURE, TOOLS, TOP_K, TOP_P, Option
+from tinylm.options import MAX_NEW_TOKENS, TEACHER, TEMPERATURE, TOOLS, TOP_K, TOP_P, Option
 from tinylm.stages.post_config import FromBaseConfig
 from tinylm.stages.rl.algorithms import Algorithm, algorithms
 from tinylm.stages.rl.kl import KL_ESTIMATORS
@@ -33,7 +33,12 @@ class RLConfig(FromBaseConfig):
                        "{\"prompt\", \"answer\"} rows (parameters: builtin:arith?digits=2&ops=+)", metavar="SPEC",
                        group=TASK)("builtin:arith")
     reward: str = Option("exact, exact+format, python (sandboxed), model:PATH, module:function (the working folder "
-                         "is searched) or file.py:function", metavar="SPEC", group=TASK)("exact")
+                         "is searched), file.py:function, or none (0: with --teacher, distillation alone)",
+                         metavar="SPEC", group=TASK)("exact")
+    teacher: str | None = TEACHER(None, group=TASK, note="on-policy distillation as RL: each rollout's score loses "
+                                  "--teacher-coef x its reverse KL to the teacher, summed over its tokens (log "
+                                  "pi - log pi_teacher at each sampled token)")
+    teacher_coef: float = Option("the weight of --teacher's KL in the score", low=0, metavar="C", group=TASK)(1.0)
     reward_timeout: float = Option("seconds one sample's reward call may take; a call past it has failed "
                                    "(see --reward-errors)", low=0, low_open=True,
                                    metavar="SECONDS", group=TASK)(60.0)

@@ -6,6 +6,7 @@
     model:PATH            a reward model trained by `tinylm reward` (stages/preference/reward.py, reward_model.py)
     module:function       your own `function(response: str, example: Example) -> float` (user_reward.py:
     file.py:function      a module of the working folder, or a file)
+    none                  0 for every response: the score is then only what shapes it (--teacher's KL)
 
 A per-sample reward is called in a worker thread with a deadline (`reward_calls.py`), so a hung one
 fails or is abandoned on Ctrl-C instead of hanging the run. A sample whose reward raises, returns a
@@ -151,6 +152,8 @@ def load_reward(spec: str, task: Task, device: Any = None, *, timeout: float | N
         return Reward("exact+format",
                       lambda r, e: float(task.verify(r, e)) + FORMAT_BONUS * has_answer_format(r, task), timeout,
                       errors)
+    if spec == "none":
+        return Reward("none", lambda r, e: 0.0, timeout, errors)
     if spec == "python":
         return Reward("python", python_output_reward(), timeout, errors)
     if spec.startswith("model:"):
@@ -159,5 +162,5 @@ def load_reward(spec: str, task: Task, device: Any = None, *, timeout: float | N
         return Reward(spec, load_user_function(spec), timeout, errors)
     if spec.endswith(".py"):
         raise TinyLMError(f"--reward {spec}: name the function too: {spec}:FUNCTION")
-    raise TinyLMError(f"unknown --reward {spec!r}: use exact, exact+format, python, model:PATH, module:function "
-                      "or file.py:function")
+    raise TinyLMError(f"unknown --reward {spec!r}: use exact, exact+format, python, model:PATH, module:function, "
+                      "file.py:function or none")

@@ -39,7 +39,7 @@ from tinylm.stages.rl.config import RLConfig
 from tinylm.stages.rl.plot import plot_rl_runs
 from tinylm.stages.rl.policy_losses import units
 from tinylm.stages.rl.ppo import PolicyWithValue
-from tinylm.stages.rl.reference import load_reference
+from tinylm.stages.rl.reference import load_reference, load_teacher
 from tinylm.stages.rl.rewards import load_reward
 from tinylm.stages.rl.rollout_server import RolloutServer
 from tinylm.stages.rl.status import status_line
@@ -82,12 +82,13 @@ class RLStage(FromBaseStage[RLConfig]):
         self.eval_problems = self.task.examples("test", cfg.eval_examples, cfg.seed)
         reward = load_reward(cfg.reward, self.task, ctx.device, timeout=cfg.reward_timeout, errors=cfg.reward_errors)
         reference = load_reference(cfg.reference, self.algo.beta > 0, self.base, self.mcfg.vocab_size, ctx.device)
+        teacher = load_teacher(cfg.teacher, self.tokenizer, self.mcfg.vocab_size, ctx.device) if cfg.teacher else None
         server = None
         if cfg.rollout_url is not None:
             server = RolloutServer(cfg.rollout_url, cfg.rollout_timeout, cfg.rollout_sync)
             server.check_temperature(cfg.temperature)
         self.rollouts = RolloutCollector(cfg, self.algo, self.chat, self.tokenizer, self.task, self.pool, reward,
-                                         reference, server, self.tools)
+                                         reference, server, self.tools, teacher)
         self.steps_begun = 0  # optimizer steps whose batches were handed out
         self.micro = 0
         self.current: list[dict[str, Any]] = []  # this round's micro-batches (none before the first round)
@@ -101,7 +102,10 @@ class RLStage(FromBaseStage[RLConfig]):
     def describe(self) -> list[str]:
         cfg, a = self.ctx.cfg, self.algo
         prompts = cfg.batch_size * cfg.grad_accum * self.ctx.env.world_size
-        return [f"base: {self.base}", f"task: {cfg.task} ({len(self.pool):,} train prompts), reward: {cfg.reward}",
+        teacher = (f", minus {cfg.teacher_coef:g} x the reverse KL to the teacher {cfg.teacher}, summed over each "
+                   "response") if cfg.teacher else ""
+        return [f"base: {self.base}",
+                f"task: {cfg.task} ({len(self.pool):,} train prompts), reward: {cfg.reward}{teacher}",
                 f"algo: {a.name}: {a.summary}; aggregation {a.aggregation}, clip [{1 - a.clip_low:g}, "
                 f"{1 + a.clip_high:g}], beta {a.beta:g}",
                 f"rollouts: {prompts} prompts x G {cfg.group_size} per step, up to {cfg.max_new_tokens} new tokens, "

@@ -24,9 +24,10 @@ class StepTotals:
 
 
 def step_totals(micro_batches: list[dict[str, Any]], groups: list[dict[str, Any]], rollout_s: float,
-                update_s: float, env: DistEnv, device: torch.device, tools: bool = False) -> StepTotals:
+                update_s: float, env: DistEnv, device: torch.device, tools: bool = False,
+                teacher: bool = False) -> StepTotals:
     """Sums over this rank's micro-batches (and its groups, for the sampling counts), then over the ranks;
-    with `tools`, the calls per rollout and the failed ones too."""
+    with `tools`, the calls per rollout and the failed ones too; with a `teacher`, the reverse KL to it."""
     local = torch.tensor([
         sum(float(b["units"]) for b in micro_batches),  # each micro-batch's, counted once (collect.py)
         sum(float(b["mask"].sum()) for b in micro_batches),
@@ -38,6 +39,7 @@ def step_totals(micro_batches: list[dict[str, Any]], groups: list[dict[str, Any]
         float(sum(g["informative"] for g in groups)), float(len(groups)),
         float(sum(g["failures"] for g in groups)), rollout_s, update_s,
         float(sum(g.get("calls", 0) for g in groups)), float(sum(g.get("failed_calls", 0) for g in groups)),
+        sum(float(g["teacher_kl"].sum()) for g in groups if "teacher_kl" in g),
     ], dtype=torch.float64, device=device)
     t = all_reduce_sum(local, env).tolist()
     ws = env.world_size
@@ -49,4 +51,6 @@ def step_totals(micro_batches: list[dict[str, Any]], groups: list[dict[str, Any]
                "rollout_tokens_per_s": generated / max(rollout_s, 1e-9)}
     if tools:
         metrics |= {"tool_calls": t[12] / n, "failed_calls": t[13] / n}
+    if teacher:  # per response token, as the divergence of `tinylm distill` is logged
+        metrics["teacher_kl"] = t[14] / max(generated, 1.0)
     return StepTotals(W, max(T, 1.0), metrics)
