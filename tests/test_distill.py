@@ -319,3 +319,32 @@ def test_the_rl_form_refuses_a_teacher_with_another_tokenizer(tmp_path: Path,
     assert main(_rl_args(tmp_path / "rl", _other_tokenizer_teacher(tmp_path))) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "splits text differently" in err[0]
+
+
+DISTILL_TABLE = """
+[distill]
+batch_size = 2
+seq_len = 32
+max_steps = 2
+eval_every = 0
+train_examples = 16
+eval_examples = 4
+max_new_tokens = 4
+"""
+
+
+def test_the_pipeline_distils_its_sft_model_from_its_grpo_model_when_asked(tmp_path: Path) -> None:
+    from test_pipeline import _pipeline, _road
+
+    file = _road(tmp_path)
+    text = 'stages = ["pretrain", "sft", "dpo", "grpo", "distill"]\n' + file.read_text() + DISTILL_TABLE
+    file.write_text(text, encoding="utf-8")
+    out = tmp_path / "road"
+    result = _pipeline(file, out, "--dtype", "fp32")
+    assert [r["stage"] for r in result["rows"]] == ["pretrain", "sft", "dpo", "grpo", "distill"]
+    assert result["rows"][-1]["gain"]["paired"]  # against the GRPO teacher's exact-match
+    meta = json.loads((list_checkpoints(out / "distill")[-1] / "config.json").read_text())
+    assert [link["stage"] for link in meta["lineage"]] == ["pretrain", "sft", "distill"]
+    assert meta["teacher"].startswith(str(out / "grpo")) and meta["distill"]["on_policy"] == 1.0
+    file.write_text(text + 'teacher = "elsewhere"\n', encoding="utf-8")
+    assert main(["pipeline", str(file), "--out", str(tmp_path / "bad"), "--no-progress"]) == 1

@@ -12,7 +12,7 @@ import pytest
 from tinylm.cli.main import command_parser, commands, main
 from tinylm.errors import TinyLMError
 from tinylm.options import DTYPE, SEED, Option, check_options, option_specs
-from tinylm.pipeline.config import ROAD, parse_pipeline_config, slot_stage
+from tinylm.pipeline.config import ROAD, PipelineConfig, parse_pipeline_config, slot_stage
 from tinylm.runtime.device import DTYPES
 from tinylm.stages import STAGES, command_of
 from tinylm.stages.preference.losses import LOSSES
@@ -126,7 +126,8 @@ def test_an_option_reports_the_side_it_crosses() -> None:
 
 
 def test_the_pipeline_reads_the_stage_table_and_the_same_fields() -> None:
-    assert [slot_stage(slot).name for slot, _ in ROAD] == ["pretrain", "sft", "dpo", "rl"]
+    assert [slot_stage(slot).name for slot, _ in ROAD] == ["pretrain", "sft", "dpo", "rl", "distill"]
+    assert PipelineConfig().stages == ["pretrain", "sft", "dpo", "grpo"]  # distill: only when named
     config = parse_pipeline_config({"grpo": {"algo": "rloo", "group_size": 4}})
     assert config.section("grpo")["algo"] == "rloo"
     with pytest.raises(TinyLMError, match=r"\[sft\] unknown key 'preset'"):

@@ -40,7 +40,8 @@ from tinylm.stages import StageSpec
 # (slot, stage of the table): the pipeline's steps in order
 ROAD: tuple[tuple[str, str], ...] = tuple((spec.road_slot, name) for name, spec in STAGES_TABLE.items()
                                           if spec.road_slot is not None)
-STAGES = tuple(slot for slot, _ in ROAD)
+STAGES = tuple(slot for slot, _ in ROAD)  # every slot; the optional ones come last
+DEFAULT_STAGES = tuple(slot for slot, name in ROAD if not STAGES_TABLE[name].road_optional)
 TABLES = ("prepare", *STAGES, "eval")  # a pipeline file's tables: a slot without DEFAULTS has the stage's own
 WIRED = ("base", "out", "resume", "data", "task")  # set by the pipeline: each stage starts from the one before
 TOP_LEVEL = ("out", "task", "seed", "threads", "dtype", "stages")
@@ -66,6 +67,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                 checkpoint_every=250, max_new_tokens=8, train_examples=5_000),
     "grpo": dict(max_steps=1000, batch_size=16, group_size=8, lr=1e-4, beta=0.0, max_new_tokens=6, schedule="wsd",
                  decay_fraction=0.2, eval_every=100, eval_examples=200, checkpoint_every=100),
+    # on-policy distillation of the SFT model from the GRPO model (docs/distill.md: its goal, measured)
+    "distill": dict(on_policy=1.0, divergence="reverse_kl", ce_weight=0.0, max_steps=300, batch_size=16, seq_len=64,
+                    optimizer="adamw", lr=1e-4, warmup_steps=0, schedule="constant", max_new_tokens=6,
+                    eval_every=50, eval_examples=200, checkpoint_every=100, train_examples=8_989, dtype="fp32"),
     "eval": dict(examples=1000, bpb_batches=10, max_new_tokens=8),
 }
 
@@ -77,7 +82,8 @@ def _stage_fields(section: str) -> set[str]:
         return set(inspect.signature(prepare_dataset).parameters) - {"out", "progress", "context_length"}
     if section == "eval":
         return {f.name for f in dataclasses.fields(EvalOptions)} | {"tasks"}
-    return {spec.name for spec in option_specs(slot_stage(section).config)} - set(WIRED)
+    stage = slot_stage(section)
+    return {spec.name for spec in option_specs(stage.config)} - set(WIRED) - set(stage.road_inputs)
 
 
 def slot_stage(slot: str) -> StageSpec:
@@ -92,7 +98,7 @@ class PipelineConfig:
     seed: int = 1337
     threads: int | None = None
     dtype: str | None = None  # every stage's --dtype but the RL slot's (fp32: sampling and training log-probs agree)
-    stages: list[str] = field(default_factory=lambda: list(STAGES))  # a prefix of STAGES: where the road ends
+    stages: list[str] = field(default_factory=lambda: list(DEFAULT_STAGES))  # a prefix of STAGES: where the road ends
     sections: dict[str, dict[str, Any]] = field(default_factory=lambda: {k: dict(DEFAULTS.get(k, {})) for k in TABLES})
 
     def section(self, name: str) -> dict[str, Any]:
@@ -128,7 +134,7 @@ def parse_pipeline_config(table: dict[str, Any], where: str = "pipeline config")
                 raise TinyLMError(f"{where}: unknown table [{key}] (known: {', '.join(TABLES)})")
             known = _stage_fields(key)
             for name in value:
-                if name in WIRED and key not in ("prepare", "eval"):
+                if key not in ("prepare", "eval") and (name in WIRED or name in slot_stage(key).road_inputs):
                     raise TinyLMError(f"{where}: [{key}] {name} is set by the pipeline (each stage starts from "
                                       "the one before it, in its own folder under out)")
                 if name not in known:

@@ -5,6 +5,7 @@
     sft       run_training(SFTConfig(base=OUT/pretrain), SFTStage())  OUT/sft
     dpo       run_training(DPOConfig(base=OUT/sft), DPOStage())       OUT/dpo
     grpo      run_training(RLConfig(base=OUT/dpo), RLStage())         OUT/grpo  (the RL slot, any --algo)
+    distill   run_training(DistillConfig(base=OUT/sft, teacher=OUT/grpo), DistillStage())  OUT/distill (optional)
 
 Each slot's config class and stage come from the stage table (config.slot_stage); what it learns from
 (`data`, or RL's `task`) is the row's `learns_from`.
@@ -41,7 +42,10 @@ def stage_config(name: str, pipeline: PipelineConfig, folder: Path, data: Path |
     if pipeline.threads:
         wired["threads"] = pipeline.threads
     spec = slot_stage(name)
-    if spec.starts_from_base:
+    if spec.road_inputs:  # the row names what it takes from the road
+        for field_name, source in spec.road_inputs.items():
+            wired[field_name] = pipeline.task if source == "task" else str(folder.parent / source)
+    elif spec.starts_from_base:
         wired["base"] = str(base)
         wired[spec.learns_from] = pipeline.task
     else:

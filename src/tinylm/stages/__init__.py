@@ -89,6 +89,17 @@ class StageSpec:
         return getattr(self.stage, "learns_from", "data")
 
     @property
+    def road_inputs(self) -> dict[str, str]:
+        """Config field -> what the pipeline wires into it: "task", or an earlier slot whose run it names. Empty: the
+        usual wiring (a base stage starts from the slot before it and learns the task; pretraining reads the data)."""
+        return dict(getattr(self.stage, "road_inputs", {}))
+
+    @property
+    def road_optional(self) -> bool:
+        """A slot the road runs only when the pipeline's `stages` names it (distillation: after GRPO)."""
+        return bool(getattr(self.stage, "road_optional", False))
+
+    @property
     def pins_dtype(self) -> bool:
         """Its config fixes a dtype of its own (RL: the sampler's and the trainer's log-probs agree in fp32), which
         a setting shared by several stages (the pipeline's dtype) leaves alone."""
@@ -114,15 +125,16 @@ STAGES: dict[str, StageSpec] = {spec.name: spec for spec in (
     StageSpec("dpo", f"preference tuning on pairs: --loss {'|'.join(LOSSES)}", DPOConfig, DPOStage,
               scores=(*_PAIR_SCORES, ("dev_logp_accuracy", "chosen likelier", "{:.1%}"), _EXACT),
               preview=pair_preview, road_slot="dpo"),
+    StageSpec("rl", f"RL from verifiable rewards: --algo {'|'.join(algorithms())}", RLConfig, RLStage,
+              scores=(_EXACT,), plots=("rl.png", "loss.png"), curves=RL_CURVES,
+              preview=prompt_preview, road_slot="grpo"),
     StageSpec("distill", "learn from a teacher's next-token distributions: --divergence forward_kl|reverse_kl|jsd, "
               "a logit cache, sequence-level, on-policy (GKD)", DistillConfig, DistillStage,
               scores=(("dev_divergence", "held-out divergence to the teacher", "{:.4f}"),
                       ("dev_agreement", "top-1 agreement", "{:.1%}"), _EXACT),
               curves={"loss": ("loss", "dev_loss"), "divergence": ("divergence", "dev_divergence"),
-                      "agreement": ("agreement", "dev_agreement"), "evaluation": ("exact_match", "dev_bpb")}),
-    StageSpec("rl", f"RL from verifiable rewards: --algo {'|'.join(algorithms())}", RLConfig, RLStage,
-              scores=(_EXACT,), plots=("rl.png", "loss.png"), curves=RL_CURVES,
-              preview=prompt_preview, road_slot="grpo"),
+                      "agreement": ("agreement", "dev_agreement"), "evaluation": ("exact_match", "dev_bpb")},
+              road_slot="distill"),
 )}
 
 

@@ -48,6 +48,9 @@ METRICS = ("divergence", "ce", "agreement", "on_policy")
 class DistillStage(Stage[DistillConfig]):
     name = "distill"
     evaluate_at_start = True  # the student's starting divergence is the "before"
+    # on `tinylm pipeline`, only when its `stages` name it: the road's SFT model learns on-policy from its GRPO model
+    road_optional = True
+    road_inputs = {"base": "sft", "teacher": "grpo", "data": "task"}
 
     def configure(self, start: StageStart[DistillConfig]) -> ModelConfig:
         """The teacher, the tokenizer and the student's model: the data waits for the run's final dtype."""
