@@ -9,6 +9,7 @@ import atexit
 import functools
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -348,3 +349,23 @@ def test_the_pipeline_distils_its_sft_model_from_its_grpo_model_when_asked(tmp_p
     assert meta["teacher"].startswith(str(out / "grpo")) and meta["distill"]["on_policy"] == 1.0
     file.write_text(text + 'teacher = "elsewhere"\n', encoding="utf-8")
     assert main(["pipeline", str(file), "--out", str(tmp_path / "bad"), "--no-progress"]) == 1
+
+
+def test_the_draft_benchmark_decodes_as_generate_does_and_prints_one_json(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/draft_speed.py on micro models: the target itself as a draft accepts every token; another model
+    accepts fewer; greedy output identical either way (speculative decoding never changes it)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import draft_speed
+
+    draft = tmp_path / "draft"
+    run_training(distill_config(draft, max_steps=2, eval_every=0), stage=DistillStage())
+    monkeypatch.setattr(sys, "argv", ["draft_speed.py", "--target", str(teacher_run()), "--draft",
+                                      f"itself={teacher_run()}", "--draft", f"student={draft}", "--prompts", "2",
+                                      "--prompt-tokens", "8", "--new-tokens", "12", "--repeats", "1"])
+    draft_speed.main()
+    report = json.loads(capsys.readouterr().out)
+    itself, student = report["drafts"]["itself"], report["drafts"]["student"]
+    assert itself["acceptance_rate"] == 1.0 and itself["identical_greedy_output"]
+    assert student["identical_greedy_output"] and student["acceptance_rate"] < 1.0
+    assert report["target_tokens_per_s"] > 0 and student["speedup"] > 0

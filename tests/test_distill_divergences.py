@@ -4,7 +4,9 @@ written from the formulas, and closed forms (the forward KL's gradient is (q - p
 from __future__ import annotations
 
 import math
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -136,3 +138,20 @@ def test_top1_agreement_reads_the_teachers_best_token_either_way() -> None:
     torch.testing.assert_close(full, top1_agreement(student, top_k_of(teacher, 3)))
     torch.testing.assert_close(top1_agreement(teacher, teacher), torch.ones_like(full))
     assert isinstance(top_k_of(teacher, 3), TeacherTopK)
+
+
+def test_the_conventions_table_on_the_page_is_the_scripts() -> None:
+    """docs/posttrain/distill.md's table of the beta conventions is what benchmarks/distill_conventions.py prints,
+    and its first column is TRL's own function (through tinylm's, proved equal above)."""
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    import distill_conventions
+
+    page = (root / "docs" / "posttrain" / "distill.md").read_text(encoding="utf-8")
+    for line in distill_conventions.table():
+        assert line in page, line
+    p = torch.tensor(distill_conventions.TEACHER, dtype=torch.float64).log()
+    q = torch.tensor(distill_conventions.STUDENT, dtype=torch.float64).log()
+    for beta in distill_conventions.BETAS:
+        trl = GKDTrainer.generalized_jsd_loss(q[None, None], p[None, None], beta=beta)  # batchmean over 1 position
+        assert float(trl) == pytest.approx(distill_conventions.conventions(beta)[0], abs=1e-12)
