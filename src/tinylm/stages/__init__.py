@@ -131,7 +131,8 @@ STAGES: dict[str, StageSpec] = {spec.name: spec for spec in (
     StageSpec("distill", "learn from a teacher's next-token distributions: --divergence forward_kl|reverse_kl|jsd, "
               "a logit cache, sequence-level, on-policy (GKD)", DistillConfig, DistillStage,
               scores=(("dev_divergence", "held-out divergence to the teacher", "{:.4f}"),
-                      ("dev_agreement", "top-1 agreement", "{:.1%}"), _EXACT),
+                      ("dev_agreement", "top-1 agreement", "{:.1%}"),
+                      ("dev_bpb", "held-out bits per byte", "{:.4f}"), _EXACT),
               curves={"loss": ("loss", "dev_loss"), "divergence": ("divergence", "dev_divergence"),
                       "agreement": ("agreement", "dev_agreement"), "evaluation": ("exact_match", "dev_bpb")},
               road_slot="distill"),

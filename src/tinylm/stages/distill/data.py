@@ -14,6 +14,7 @@ a text row, which the student then continues itself.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,19 @@ from tinylm.tokenizer.chat_format import ChatFormat
 Rows = dict[str, torch.Tensor]  # idx, targets [, positions, segments], row: one tensor per column, one row each
 
 
+class RowPrefixes(Sequence[list[int]]):
+    """The first `length` tokens of each text row, as on-policy prompts, made when asked (not a list of them all)."""
+
+    def __init__(self, rows: torch.Tensor, length: int) -> None:
+        self.rows, self.length = rows, length
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> list[int]:  # type: ignore[override]
+        return self.rows[index, :self.length].tolist()
+
+
 @dataclass
 class DistillData:
     """The rows to learn on, the held-out rows, the on-policy prompts and what the header says of them."""
@@ -41,7 +55,7 @@ class DistillData:
     kind: str  # "text" or "conversations"
     train: Rows
     dev: Rows
-    prompts: list[list[int]]
+    prompts: Sequence[list[int]]
     report: list[str] = field(default_factory=list)
     dev_tokens: int = 0  # text: the dev shard's tokens and bytes, for bits per byte
     dev_bytes: int = 0
@@ -77,8 +91,7 @@ def text_rows(folder: Path, seq_len: int, limit: int | None, batch_size: int, ev
     dev = numbered({"idx": torch.cat([x for x, _ in dev_batches]).long(),
                     "targets": torch.cat([y for _, y in dev_batches]).long()})
     sidecar = read_sidecar(folder, "dev")
-    half = seq_len // 2
-    prompts = [row[:half].tolist() for row in train["idx"]]
+    prompts = RowPrefixes(train["idx"], seq_len // 2)
     report = [f"data: {folder}: {n:,} rows of {seq_len} tokens ({n * seq_len:,} tokens), every token trained; "
               f"held out: {len(dev['idx']):,} rows of dev.bin"]
     return DistillData("text", train, dev, prompts, report, int(sidecar["tokens"]), int(sidecar["bytes"]))

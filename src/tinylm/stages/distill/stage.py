@@ -42,8 +42,6 @@ from tinylm.stages.distill.setup import DistillSetup, ModelPlan, plan_models, pr
 from tinylm.stages.rl.rollout import stable_seed  # one seed mixer for every sampled row
 from tinylm.train.stage import Batch, Stage, StageContext, StageLoss, StageStart
 
-METRICS = ("divergence", "ce", "agreement", "on_policy")
-
 
 class DistillStage(Stage[DistillConfig]):
     name = "distill"
@@ -135,8 +133,8 @@ class DistillStage(Stage[DistillConfig]):
             return TeacherTopK(top.ids[..., :k], top.logprobs[..., :k]) if k else top  # sorted: the first k
         assert p.teacher_model is not None  # prepare() loads it whenever no cache answers
         with torch.no_grad():
-            logits, _ = p.teacher_model(batch["idx"], positions=batch.get("positions"), segments=batch.get("segments"),
-                                  logits_at=mask)
+            logits, _ = p.teacher_model(batch["idx"], positions=batch.get("positions"),
+                                        segments=batch.get("segments"), logits_at=mask)
         return top_k_of(logits, self.ctx.cfg.top_k) if self.ctx.cfg.top_k else logits
 
     def token_losses(self, model: nn.Module, batch: Batch, split: str) -> dict[str, torch.Tensor]:

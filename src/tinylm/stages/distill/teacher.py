@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tinylm.checkpoint import CONFIG, TOKENIZER, WEIGHTS, load_model, read_checkpoint_config, resolve_checkpoint
+from tinylm.checkpoint import TOKENIZER, WEIGHTS, load_model, read_checkpoint_config, resolve_checkpoint
 from tinylm.checkpoint.read import refuse_reward_model
 from tinylm.errors import TinyLMError
 from tinylm.tokenizer import load_tokenizer
@@ -88,4 +88,4 @@ def teacher_summary(checkpoint: Path, model: nn.Module) -> str:
     """A header line: which teacher, how big."""
     n = sum(p.numel() for p in model.parameters())
     stage = read_checkpoint_config(checkpoint).get("stage", "a checkpoint")
-    return f"teacher: {checkpoint} ({stage}, {n:,} parameters, frozen; {CONFIG} names its data)"
+    return f"teacher: {checkpoint} ({stage}, {n:,} parameters, frozen, in eval mode)"
