@@ -369,3 +369,27 @@ def test_the_draft_benchmark_decodes_as_generate_does_and_prints_one_json(
     assert itself["acceptance_rate"] == 1.0 and itself["identical_greedy_output"]
     assert student["identical_greedy_output"] and student["acceptance_rate"] < 1.0
     assert report["target_tokens_per_s"] > 0 and student["speedup"] > 0
+
+
+@pytest.mark.slow  # four processes, each measuring nothing but still importing torch: about 15 s
+def test_the_pretraining_race_trains_both_students_and_prints_one_json(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/distill_pretrain.py on micro models: both runs of a seed, the distilled one with its own options,
+    one JSON object."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import distill_pretrain
+
+    shape = [a for name, value in STUDENT.items() for a in ("--set", f"{name}={value}")]
+    monkeypatch.setattr(sys, "argv", ["distill_pretrain.py", "--teacher", str(teacher_run()), *shape, "--budget",
+                                      "0.5", "--seeds", "1", "--eval-batches", "2", "--out", str(tmp_path),
+                                      "--distill-args", "--ce-weight 0.2", "--", "--threads", "1", "--dtype", "fp32",
+                                      "--compile", "off", "--attention", "sdpa", "--batch-size", "4", "--seq-len",
+                                      "16"])
+    distill_pretrain.main()
+    report = json.loads(capsys.readouterr().out)
+    assert set(report["runs"]["plain"]) == set(report["runs"]["distilled"]) == {"1"}
+    assert report["distill_options"] == ["--ce-weight", "0.2"] and len(report["distilled_minus_plain"]) == 1
+    distilled = json.loads((list_checkpoints(tmp_path / "distilled-1")[-1] / "config.json").read_text())
+    assert distilled["distill"]["ce_weight"] == 0.2
+    plain, kd = (rows(tmp_path / f"{name}-1") for name in ("plain", "distilled"))
+    assert any("dev_bpb" in r for r in plain) and any("dev_bpb" in r for r in kd)
