@@ -393,3 +393,21 @@ def test_the_pretraining_race_trains_both_students_and_prints_one_json(
     assert distilled["distill"]["ce_weight"] == 0.2
     plain, kd = (rows(tmp_path / f"{name}-1") for name in ("plain", "distilled"))
     assert any("dev_bpb" in r for r in plain) and any("dev_bpb" in r for r in kd)
+
+
+def test_torchrun_two_processes_equal_one_on_policy_batches_included(tmp_path: Path) -> None:
+    """Two processes with half the batch each: the same rows, the same on-policy prompts and seeds, the same run."""
+    from test_ddp import torchrun
+
+    mixed = ("--on-policy", "0.5", "--max-new-tokens", "4", "--max-steps", "4", "--eval-every", "2",
+             "--optimizer", "adamw", "--lr", "0.003")
+    assert main(distill_args(tmp_path / "single", *mixed)) == 0
+    args = distill_args(tmp_path / "ddp", *mixed)
+    args[args.index("--batch-size") + 1] = "2"
+    result = torchrun(*args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert losses(tmp_path / "ddp") == pytest.approx(losses(tmp_path / "single"), abs=1e-5)
+    shares = [r["on_policy"] for r in rows(tmp_path / "ddp") if "loss" in r]
+    assert 0.0 in shares and 1.0 in shares
+    dev = [[r["dev_divergence"] for r in rows(tmp_path / run) if "dev_divergence" in r] for run in ("single", "ddp")]
+    assert dev[0] == pytest.approx(dev[1], abs=1e-5)

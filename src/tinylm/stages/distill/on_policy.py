@@ -8,7 +8,8 @@ the target: the loss is the divergence on the student's own tokens. `--on-policy
 micro-batches drawn this way (0: purely supervised, 1: purely on-policy, as GKD's lambda).
 
 Which micro-batches are on-policy, which prompts they take and the seeds they sample with are pure
-functions of (seed, step, micro-batch, rank): a resumed run draws exactly what the uninterrupted one would.
+functions of (seed, step, micro-batch, row of the global batch): a resumed run draws exactly what the
+uninterrupted one would, and torchrun's ranks together what one process draws.
 """
 
 from __future__ import annotations
@@ -31,8 +32,13 @@ def on_policy_draw(seed: int, step: int, micro: int, share: float) -> bool:
     return share > 0 and stable_seed(seed, step, micro) / 2**63 < share
 
 
-def prompt_picks(seed: int, step: int, micro: int, rank: int, n_prompts: int, batch_size: int) -> list[int]:
-    return np.random.default_rng([seed, step, micro, rank]).integers(0, n_prompts, size=batch_size).tolist()
+def prompt_picks(seed: int, step: int, micro: int, rank: int, world_size: int, n_prompts: int, batch_size: int
+                 ) -> list[tuple[int, int]]:
+    """(row of the global batch, prompt) for this rank's share: the global batch is drawn once, so two processes
+    with half the batch each sample exactly what one process with all of it does."""
+    picks = np.random.default_rng([seed, step, micro]).integers(0, n_prompts, size=batch_size * world_size)
+    first = rank * batch_size
+    return [(first + i, int(p)) for i, p in enumerate(picks[first:first + batch_size])]
 
 
 def sample_batch(student: nn.Module, prompts: Sequence[Sequence[int]], seeds: Sequence[int], max_new_tokens: int,

@@ -160,7 +160,8 @@ def _data(ctx: StageContext[DistillConfig], setup: DistillSetup, seq_len: int) -
                              f"the data {spec}")
         eot = tokenizer.eot_id
         setup.stop_ids, setup.pad_id = (eot,), eot
-        return text_rows(Path(spec), seq_len, cfg.train_rows, cfg.batch_size, cfg.eval_batches)
+        # the held-out rows of eval_batches global batches, pretraining's: the same whatever the number of processes
+        return text_rows(Path(spec), seq_len, cfg.train_rows, cfg.batch_size * ctx.env.world_size, cfg.eval_batches)
     try:
         setup.chat = chat = ChatFormat.from_tokenizer(tokenizer)
     except TinyLMError:

@@ -107,10 +107,11 @@ class DistillStage(Stage[DistillConfig]):
             if "on_policy_micro" not in batch:
                 continue
             micro = batch.pop("on_policy_micro")
-            picks = prompt_picks(cfg.seed, self.step, micro, env.rank, len(self.data.prompts), cfg.batch_size)
-            seeds = [stable_seed(cfg.seed, self.step, micro, env.rank, i) for i in range(len(picks))]
+            picks = prompt_picks(cfg.seed, self.step, micro, env.rank, env.world_size, len(self.data.prompts),
+                                 cfg.batch_size)
+            seeds = [stable_seed(cfg.seed, self.step, micro, row) for row, _ in picks]
             with torch.no_grad(), autocast(self.ctx.device, self.ctx.dtype), eager_blocks():
-                sampled = sample_batch(model, [self.data.prompts[i] for i in picks], seeds, cfg.max_new_tokens,
+                sampled = sample_batch(model, [self.data.prompts[i] for _, i in picks], seeds, cfg.max_new_tokens,
                                        p.stop_ids, p.pad_id)
             batch.update({k: v.to(self.ctx.device) for k, v in sampled.items()})
 
