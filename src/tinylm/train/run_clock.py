@@ -23,13 +23,18 @@ class RunClock:
     before: float = 0.0  # seconds spent before this invocation's loop began
     start: float = 0.0  # the perf_counter reading at which it began
     training: float = 0.0  # the steps' own seconds, across resumes (this process's; ranks step in lockstep)
+    # the --time-budget the run stopped on, if it did: the loop stops when the *next* step would end past it, a
+    # prediction the resumed run cannot redo from two numbers, so a budget no larger is spent without a retry
+    spent_budget: float | None = None
 
     @classmethod
     def resumed(cls, state: dict[str, Any] | None) -> RunClock:
         """The clock a checkpoint's train state left (zero for a fresh run or a checkpoint without one)."""
         state = state or {}
+        spent = state.get("spent_budget")
         return cls(float(state.get("train_seconds", 0.0)), float(state.get("step_seconds", 0.0)),
-                   training=float(state.get("step_seconds_total", 0.0)))
+                   training=float(state.get("step_seconds_total", 0.0)),
+                   spent_budget=float(spent) if spent is not None else None)
 
     def begin(self, reading: float) -> None:
         """The loop starts at `reading`: what came before is `before`."""
@@ -52,5 +57,10 @@ class RunClock:
         self.training += seconds
         return seconds
 
-    def state(self) -> dict[str, float]:
-        return {"train_seconds": self.seconds, "step_seconds": self.step_seconds, "step_seconds_total": self.training}
+    def spent(self, budget: float | None) -> bool:
+        """True when the run already stopped on a time budget at least as large as `budget`."""
+        return budget is not None and self.spent_budget is not None and budget <= self.spent_budget
+
+    def state(self) -> dict[str, float | None]:
+        return {"train_seconds": self.seconds, "step_seconds": self.step_seconds, "step_seconds_total": self.training,
+                "spent_budget": self.spent_budget}

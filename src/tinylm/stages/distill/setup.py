@@ -94,7 +94,7 @@ def plan_models(start: StageStart[DistillConfig]) -> ModelPlan:
         raise TinyLMError(f"--logit-cache {cache_dir} holds no cache yet: give --teacher to write it")
     base = resolve_checkpoint(cfg.base) if cfg.base else None
     if base is not None:
-        check_same_tokenizer(tokenizer, load_tokenizer(base / TOKENIZER), Path(source), str(base))
+        check_same_tokenizer(tokenizer, load_tokenizer(base / TOKENIZER), source, f"the student --base {base}")
         student = checkpoint_model_config(base)
         if student.vocab_size != vocab:
             raise TinyLMError(f"--base {base} has {student.vocab_size:,} output rows but the teacher {vocab:,}: the "
@@ -156,7 +156,7 @@ def _data(ctx: StageContext[DistillConfig], setup: DistillSetup, seq_len: int) -
     if is_data_folder(spec):
         if cfg.sequence_level:
             raise TinyLMError("--sequence-level needs a task's prompts (e.g. --data builtin:arith), not a text folder")
-        check_same_tokenizer(tokenizer, load_tokenizer(Path(spec) / TOKENIZER), Path(setup.tokenizer_source),
+        check_same_tokenizer(tokenizer, load_tokenizer(Path(spec) / TOKENIZER), setup.tokenizer_source,
                              f"the data {spec}")
         eot = tokenizer.eot_id
         setup.stop_ids, setup.pad_id = (eot,), eot

@@ -63,12 +63,13 @@ def teacher_checkpoint(path: str) -> Path:
     return checkpoint
 
 
-def check_same_tokenizer(teacher_tokenizer: Any, student_tokenizer: Any, teacher: Path, student: str) -> None:
-    """The divergence compares distributions over the same ids: refuse two tokenizers, naming both."""
+def check_same_tokenizer(teacher_tokenizer: Any, student_tokenizer: Any, teacher: str, student: str) -> None:
+    """The divergence compares distributions over the same ids: refuse two tokenizers, naming both ("the teacher
+    PATH", "--base PATH", "the data DIR")."""
     if teacher_tokenizer.fingerprint != student_tokenizer.fingerprint:
-        raise TinyLMError(f"the teacher ({teacher}: {teacher_tokenizer.name}, {teacher_tokenizer.n_vocab:,} tokens) "
-                          f"and the student ({student}: {student_tokenizer.name}, {student_tokenizer.n_vocab:,} "
-                          "tokens) split text differently: distillation needs one tokenizer")
+        raise TinyLMError(f"{teacher} ({teacher_tokenizer.name}, {teacher_tokenizer.n_vocab:,} tokens) and {student} "
+                          f"({student_tokenizer.name}, {student_tokenizer.n_vocab:,} tokens) split text differently: "
+                          "distillation needs one tokenizer")
 
 
 def teacher_tokenizer(checkpoint: Path) -> Any:
