@@ -68,9 +68,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "grpo": dict(max_steps=1000, batch_size=16, group_size=8, lr=1e-4, beta=0.0, max_new_tokens=6, schedule="wsd",
                  decay_fraction=0.2, eval_every=100, eval_examples=200, checkpoint_every=100),
     # on-policy distillation of the SFT model from the GRPO model (docs/distill.md: its goal, measured)
-    "distill": dict(on_policy=1.0, divergence="reverse_kl", ce_weight=0.0, max_steps=300, batch_size=16, seq_len=64,
-                    optimizer="adamw", lr=1e-4, warmup_steps=0, schedule="constant", max_new_tokens=6,
-                    eval_every=50, eval_examples=200, checkpoint_every=100, train_examples=8_989, dtype="fp32"),
+    "distill": dict(on_policy=1.0, divergence="reverse_kl", ce_weight=0.0, max_steps=1000, batch_size=16,
+                    seq_len=64, optimizer="adamw", lr=1e-4, warmup_steps=0, schedule="constant", max_new_tokens=6,
+                    eval_every=100, eval_examples=200, checkpoint_every=100, train_examples=8_989, dtype="fp32"),
     "eval": dict(examples=1000, bpb_batches=10, max_new_tokens=8),
 }
 
