@@ -46,6 +46,8 @@ def _metric_keys_in(tree: ast.AST) -> set[str]:
             elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) \
                     and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
                 found.add(node.slice.value)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update":
+                found |= {k.arg for k in node.keywords if k.arg}  # result.update(dev_x=...)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]

@@ -100,6 +100,11 @@ class StageSpec:
         return bool(getattr(self.stage, "road_optional", False))
 
     @property
+    def metric_notes(self) -> dict[str, tuple[str, str]]:
+        """Metric -> (unit, one line) for the metrics only this stage logs (the studio's chart notes)."""
+        return dict(getattr(self.stage, "metric_notes", {}))
+
+    @property
     def pins_dtype(self) -> bool:
         """Its config fixes a dtype of its own (RL: the sampler's and the trainer's log-probs agree in fp32), which
         a setting shared by several stages (the pipeline's dtype) leaves alone."""

@@ -7,6 +7,8 @@ scans the logging code for them), so a new metric comes with its explanation.
 
 from __future__ import annotations
 
+from tinylm.stages import STAGES
+
 MetricNote = tuple[str, str]  # (unit, one-line meaning); "" unit: a plain number
 
 _RUN: dict[str, MetricNote] = {  # every stage, each logged step (the training loop)
@@ -62,6 +64,8 @@ _RL: dict[str, MetricNote] = {  # each RL step: the rollouts, then the update
     "entropy": ("nats", "mean entropy of the next-token choice over response tokens; a fast fall means "
                         "exploration collapsing"),
     "kl": ("nats", "KL estimate (k3) to the reference model, mean per response token"),
+    "teacher_kl": ("nats", "reverse KL to the --teacher, summed over a response's tokens, mean per response: "
+                           "what --teacher-coef subtracts from the score"),
     "value_loss": ("", "PPO's value-head loss: clipped squared error to the returns"),
     "epoch": ("", "which pass over the step's rollouts (0 first; --epochs above 1 reuses them)"),
     "tis_weight": ("", "mean truncated importance weight, trainer over rollout server: 1 when the two agree"),
@@ -71,7 +75,9 @@ _RL: dict[str, MetricNote] = {  # each RL step: the rollouts, then the update
     "sync_s": ("s", "seconds publishing the weights to the rollout server and waiting for its reload"),
 }
 
-NOTES: dict[str, MetricNote] = {**_RUN, **_EVALUATION, **_PREFERENCE, **_RL}
+# a stage's own metrics are noted in its own package (its stage class's `metric_notes`)
+_STAGES: dict[str, MetricNote] = {name: note for spec in STAGES.values() for name, note in spec.metric_notes.items()}
+NOTES: dict[str, MetricNote] = {**_RUN, **_EVALUATION, **_PREFERENCE, **_RL, **_STAGES}
 
 
 def notes_json() -> dict[str, dict[str, str]]:

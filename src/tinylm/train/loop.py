@@ -230,9 +230,8 @@ class _Run:
         flops_per_token = functools.cache(self.raw.flops_per_token)  # by row length: a warmup has a few
         mfu: float | None = None
         last_step_time, last_tail = self.clock.step_seconds, 0.0
-        stopped = budget_reached(cfg, self.step, self.tokens, self.clock.planned_end())
-        if stopped is None and self.clock.spent(cfg.time_budget):
-            stopped = "time_budget"
+        stopped = budget_reached(cfg, self.step, self.tokens, self.clock.planned_end()) or (
+            "time_budget" if self.clock.spent(cfg.time_budget) else None)
         if stage.evaluate_at_start and self.state is None:
             evaluation = self._evaluate(logger)  # step 0: where the run starts from
         restore_rank_rng(self.state, env.rank)  # last, so nothing in setup can shift the random streams
@@ -299,10 +298,8 @@ class _Run:
             window.add(step_tokens, step_time)
             shown.add(step_tokens, step_time)
             lr = self.optimizer.param_groups[0]["lr"]
-            stopped = ("interrupted" if interrupted > 0 else "time_budget" if out_of_time > 0
-                       else budget_reached(cfg, self.step, self.tokens))
-            if stopped == "time_budget":
-                clock.spent_budget = cfg.time_budget
+            stopped = clock.stopped("interrupted" if interrupted > 0 else "time_budget" if out_of_time > 0
+                                    else budget_reached(cfg, self.step, self.tokens), cfg.time_budget)
             flops = flops_per_token(self.plan.shape(self.step - 1)[1])  # the rows just trained on
             if self.step % cfg.log_every == 0 or stopped is not None or self.step == start_step + 1:
                 tokens_per_s = window.rate()

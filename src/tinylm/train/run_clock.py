@@ -57,6 +57,12 @@ class RunClock:
         self.training += seconds
         return seconds
 
+    def stopped(self, reason: str | None, budget: float | None) -> str | None:
+        """Note a stop on the time budget (a resume with no larger budget then stops at once); returns `reason`."""
+        if reason == "time_budget":
+            self.spent_budget = budget
+        return reason
+
     def spent(self, budget: float | None) -> bool:
         """True when the run already stopped on a time budget at least as large as `budget`."""
         return budget is not None and self.spent_budget is not None and budget <= self.spent_budget

@@ -49,6 +49,14 @@ class DistillStage(Stage[DistillConfig]):
     # on `tinylm pipeline`, only when its `stages` name it: the road's SFT model learns on-policy from its GRPO model
     road_optional = True
     road_inputs = {"base": "sft", "teacher": "grpo", "data": "task"}
+    metric_notes = {
+        "divergence": ("nats", "the divergence to the teacher (--divergence), mean per trained token"),
+        "ce": ("nats", "cross-entropy to the data's next token, mean per trained token (--ce-weight mixes it in)"),
+        "agreement": ("0-1", "share of trained tokens where the student's top token is the teacher's"),
+        "on_policy": ("0-1", "share of the step's tokens the student sampled itself (--on-policy)"),
+        "dev_divergence": ("nats", "the divergence to the teacher on held-out rows, mean per token"),
+        "dev_agreement": ("0-1", "top-1 agreement with the teacher on held-out rows"),
+    }
 
     def configure(self, start: StageStart[DistillConfig]) -> ModelConfig:
         """The teacher, the tokenizer and the student's model: the data waits for the run's final dtype."""
@@ -155,8 +163,8 @@ class DistillStage(Stage[DistillConfig]):
         parts = self.token_losses(model, batch, "train")
         on_policy = "sample_logprobs" in batch
         total = parts["divergence"] if on_policy else (1 - w) * parts["divergence"] + w * parts["ce"]
-        metrics = {k: parts[k].detach() for k in ("divergence", "ce", "agreement")}
-        metrics["on_policy"] = parts["n"] * float(on_policy)
+        metrics = {"divergence": parts["divergence"].detach(), "ce": parts["ce"].detach(),
+                   "agreement": parts["agreement"].detach(), "on_policy": parts["n"] * float(on_policy)}
         return StageLoss(total, metrics)
 
     def state_dict(self) -> dict[str, Any]:
