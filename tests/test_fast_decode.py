@@ -94,10 +94,12 @@ def _decode(runner, idx: torch.Tensor, positions: torch.Tensor | None, valid: to
     return torch.cat(logits, dim=1)
 
 
+@pytest.mark.parametrize("copy", ["trainable", "decodes-only"])
 @pytest.mark.parametrize("layout", ["batch1", "batch2", "padded"])
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_every_variant_decodes_the_models_logits(name: str, layout: str) -> None:
-    model = _model(CONFIGS[name])
+def test_every_variant_decodes_the_models_logits(name: str, layout: str, copy: str) -> None:
+    """Both layouts: a trainable model's own weights, and a decode-only copy's, laid out column-major."""
+    model = _model(CONFIGS[name]).requires_grad_(copy == "trainable")
     idx, positions, valid = _inputs(layout, model.config.vocab_size)
     with torch.inference_mode():
         reference = model.logits(model.forward_hidden(idx, positions=positions, valid=valid))
@@ -108,3 +110,28 @@ def test_every_variant_decodes_the_models_logits(name: str, layout: str) -> None
     else:
         assert not isinstance(runner, FastDecoder)
     torch.testing.assert_close(got, reference, atol=1e-4, rtol=1e-4)
+
+
+def test_a_decode_only_copy_is_laid_out_column_major_in_place_and_a_trainable_one_is_left_alone() -> None:
+    """row_products.py: an inference copy's float32 projections become column-major (the module's weight a view of
+    that storage, nothing held twice); a tied head reads a column-major copy; a model being trained keeps its tensors."""
+    config = CONFIGS["gqa"]
+    trainable = _model(config)
+    FastDecoder(trainable, 1)  # (q, k, v and gate, up become row blocks of fused matrices, each still row-major)
+    assert all(p.is_contiguous() for p in trainable.parameters())
+
+    decoding = _model(config).requires_grad_(False)
+    values = {name: p.detach().clone() for name, p in decoding.named_parameters()}
+    decoder = FastDecoder(decoding, 1)
+    attn, mlp = decoding.blocks[0].attn, decoding.blocks[0].mlp
+    for linear in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate, mlp.up, mlp.down):
+        assert linear.weight.stride()[0] == 1 and not linear.weight.is_contiguous(), linear
+    # q, k and v are column slices of one [in, q + k + v] matrix: each a view of the same storage
+    assert attn.q_proj.weight.untyped_storage().data_ptr() == attn.v_proj.weight.untyped_storage().data_ptr()
+    assert decoding.token_embed.weight.stride() == (config.n_embed, 1)  # the table itself stays row-major
+    for name, p in decoding.named_parameters():
+        assert torch.equal(p, values[name]), name  # the same numbers, only laid out otherwise
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.inference_mode():
+        reference = decoding.logits(decoding.forward_hidden(ids))
+        torch.testing.assert_close(decoder.extend(ids, last_only=False), reference, atol=1e-5, rtol=1e-5)

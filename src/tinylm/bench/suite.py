@@ -20,7 +20,7 @@ import torch
 from tinylm.bench.decode import decode_tokens_per_s, hf_decode_tokens_per_s
 from tinylm.bench.loader_cost import loader_cost
 from tinylm.bench.matmul_peak import DTYPE_NAMES, matmul_peak_flops
-from tinylm.bench.memory_bandwidth import read_bandwidth, weight_bytes
+from tinylm.bench.memory_bandwidth import decode_read_bytes, read_bandwidths, weight_bytes
 from tinylm.bench.profile import format_profile, profile_step
 from tinylm.bench.timing import Measurement, interleaved, ratio
 from tinylm.bench.tokenize import tokenizer_speed
@@ -183,7 +183,7 @@ def _decoding_model(model: torch.nn.Module, opts: BenchOptions, device: torch.de
     With `opts.int8` the copy's linear layers are int8 (`generate --int8`) and the dtype is its activations'.
     """
 
-    twin = copy.deepcopy(model)
+    twin = copy.deepcopy(model).requires_grad_(False)  # a decode-only copy, as `load_for_generation` makes
     what = "weights"
     if opts.int8:
         quantize_int8(twin)
@@ -204,8 +204,10 @@ def _decode(model: torch.nn.Module, opts: BenchOptions, context: int, device: to
     decode_dtype = next(decoding.parameters()).dtype
     # transformers gets float weights in the same dtype: the decoding copy itself, unless that one is int8
     reference = copy.deepcopy(model).to(decode_dtype) if opts.int8 else decoding
-    bandwidth, weights = read_bandwidth(device), weight_bytes(decoding)
+    walls, weights = read_bandwidths(device), weight_bytes(decoding)
+    bandwidth = walls["all_threads_bytes_per_s"]
     new_tokens = max(1, min(opts.decode_tokens, context - 8))
+    per_token = decode_read_bytes(weights, decoding.config, 8, new_tokens, decode_dtype.itemsize)  # 8-token prompt
     ours: list[float] = []
     theirs: list[float] = []
     reference_error = None
@@ -222,10 +224,11 @@ def _decode(model: torch.nn.Module, opts: BenchOptions, context: int, device: to
             "decode_tokens_per_s": mine.median, "decode": mine.to_dict(),
             "reference_decode_tokens_per_s": _median(ref), "reference_decode": _measured(ref),
             "decode_ratio_vs_transformers": ratio(mine, ref), "decode_reference_error": reference_error,
-            # batch 1 reads every weight per token: bandwidth / weight bytes bounds tokens/s once out of cache
-            "decode_weight_bytes": weights, "memory_read_bytes_per_s": bandwidth,
-            "decode_roofline_tokens_per_s": bandwidth / weights,
-            "decode_share_of_roofline": mine.median / (bandwidth / weights)}
+            # batch 1 reads every weight (and the cache so far) per token: bandwidth / those bytes bounds tokens/s
+            "decode_weight_bytes": weights, "decode_read_bytes_per_token": per_token,
+            "memory_read_bytes_per_s": bandwidth, "memory_read_bytes_per_s_one_thread": walls["one_thread_bytes_per_s"],
+            "decode_roofline_tokens_per_s": bandwidth / per_token,
+            "decode_share_of_roofline": mine.median / (bandwidth / per_token)}
 
 
 def _train(model: torch.nn.Module, opts: BenchOptions, device: torch.device, dtype: torch.dtype, seq_len: int,
@@ -311,8 +314,10 @@ def format_table(result: dict[str, Any]) -> str:
     if result.get("decode_dtype_reason"):
         lines.append(f"decode weights: {result['decode_dtype_reason']}")
     if result.get("decode_roofline_tokens_per_s"):
-        lines.append(f"decode roofline: {result['decode_weight_bytes'] / 2**20:.1f} MiB of weights per token at "
-                     f"{result['memory_read_bytes_per_s'] / 1e9:.1f} GB/s read = "
+        lines.append(f"decode roofline: {result['decode_read_bytes_per_token'] / 2**20:.1f} MiB read per token "
+                     f"({result['decode_weight_bytes'] / 2**20:.1f} of weights, the rest the KV cache) at "
+                     f"{result['memory_read_bytes_per_s'] / 1e9:.1f} GB/s read (one thread alone: "
+                     f"{result['memory_read_bytes_per_s_one_thread'] / 1e9:.1f}) = "
                      f"{result['decode_roofline_tokens_per_s']:,.0f} tok/s; measured "
                      f"{result['decode_share_of_roofline']:.0%} of it (above 100%: the weights fit in cache)")
     if result.get("cpu"):

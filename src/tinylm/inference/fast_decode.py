@@ -47,7 +47,14 @@ from torch import nn
 from tinylm.inference.fast_decode_support import fast_decode_refusal
 from tinylm.inference.int8 import Int8Linear
 from tinylm.inference.packed_bf16 import can_pack, packed_linear
-from tinylm.inference.row_products import Projection, ResidualProjection, float_product, float_residual_product
+from tinylm.inference.row_products import (
+    Projection,
+    ResidualProjection,
+    column_major,
+    decodes_only,
+    float_product,
+    float_residual_product,
+)
 from tinylm.models.loss import soft_cap
 from tinylm.models.modern.mask import attention_mask
 from tinylm.models.modern.relu2 import ReLUSquared
@@ -85,6 +92,8 @@ def fuse_projections(linears: list[nn.Module]) -> Projection:
     if all(type(lin) is nn.Linear and lin.bias is None for lin in linears):
         with torch.inference_mode(False), torch.no_grad():  # ordinary tensors: the model stays trainable
             fused = torch.cat([lin.weight.detach() for lin in linears])
+            if decodes_only(linears[0].weight):  # an inference copy: column-major, faster to stream (row_products.py)
+                fused = column_major(fused)
             for lin, rows in zip(linears, fused.split([lin.out_features for lin in linears]), strict=True):
                 lin.weight.data = rows
         return weight_product(fused)
@@ -104,12 +113,20 @@ def residual_projection(linear: nn.Module) -> ResidualProjection:
     """
     if type(linear) is not nn.Linear or linear.bias is not None:
         return lambda x, y: x + linear(y)
+    lay_out_for_decoding(linear)
     if linear.weight.dtype == torch.float32:
         if linear.weight.device.type == "cpu":
             return float_residual_product(linear.weight)
         return partial(torch.addmm, mat2=linear.weight.t())
     product = weight_product(linear.weight)
     return lambda x, y: x + product(y)
+
+
+def lay_out_for_decoding(linear: nn.Module) -> None:
+    """Store an inference copy's float32 weight column-major (`row_products.py`); the module keeps a view of it."""
+    if decodes_only(linear.weight):
+        with torch.inference_mode(False), torch.no_grad():
+            linear.weight.data = column_major(linear.weight.detach())
 
 
 def one_query_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -188,13 +205,22 @@ class FastDecoder:
         self.final_norm = model.norm.weight
         head = model.lm_head
         plain_head = type(head) is nn.Linear and head.bias is None
-        self.lm_head: Projection = weight_product(head.weight) if plain_head else head.forward
+        self.lm_head: Projection = weight_product(self._head_weight(head, weight)) if plain_head else head.forward
         self.softcap = c.logit_softcap
         self._allocate()
         self.rotation: torch.Tensor | None = None  # one-token RoPE as a matrix product, when the table is small
         if self.dtype == torch.float32 and self.capacity * self.head_dim**2 * 4 <= ROTATION_TABLE_BYTES:
             cos, sin = model.rope(self.slots, torch.float32, upto=self.capacity)
             self.rotation = rotation_table(cos[0, 0], sin[0, 0])
+
+    @staticmethod
+    def _head_weight(head: nn.Linear, embedding: torch.Tensor) -> torch.Tensor:
+        """The head's weight, column-major for an inference copy (`row_products.py`): its own, or, tied to the
+        embedding table (which is read by rows), a column-major copy, the largest matrix read twice as fast."""
+        if head.weight is not embedding:
+            lay_out_for_decoding(head)
+            return head.weight
+        return column_major(embedding.detach()) if decodes_only(embedding) else embedding
 
     @classmethod
     def sharing(cls, other: FastDecoder, batch_size: int, capacity: int) -> FastDecoder:

@@ -40,7 +40,8 @@ def load_for_generation(path: str, int8: bool = False, device: str = "auto", dty
     else:
         model = model.to(dtype)
         meta["decode_dtype"], meta["decode_precision"] = dtype, f"{plain(dtype)}, as asked"
-    return model.to(target).eval(), tokenizer, meta
+    # it only decodes: no gradient, which also lets the fast decoder lay its weights out for decoding
+    return model.to(target).eval().requires_grad_(False), tokenizer, meta
 
 
 def load_with_tokenizer(path: str) -> tuple[nn.Module, Any, dict[str, Any]]:
