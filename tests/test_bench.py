@@ -75,7 +75,8 @@ def test_ratios_and_mfu_derive_from_the_same_run_samples(micro_result: dict) -> 
     # the decode roofline: every fp32 weight (the tied table once) and the fp32 cache so far read per token at the
     # measured bandwidth; the cache: K and V of every block and kv head over 8 prompt + (n - 1) / 2 positions, mean
     assert r["decode_weight_bytes"] == 4 * r["params"]
-    cache = 2 * MICRO["n_blocks"] * MICRO["n_kv_head"] * (MICRO["n_embed"] // MICRO["n_head"]) * 4 * (8 + (r["decode_new_tokens"] - 1) / 2)
+    head_dim = MICRO["n_embed"] // MICRO["n_head"]
+    cache = 2 * MICRO["n_blocks"] * MICRO["n_kv_head"] * head_dim * 4 * (8 + (r["decode_new_tokens"] - 1) / 2)
     assert r["decode_read_bytes_per_token"] == r["decode_weight_bytes"] + cache
     assert r["memory_read_bytes_per_s"] > 1e8 and r["memory_read_bytes_per_s_one_thread"] > 1e8
     assert r["decode_roofline_tokens_per_s"] == r["memory_read_bytes_per_s"] / r["decode_read_bytes_per_token"]

@@ -13,7 +13,7 @@ import torch
 from model_variants import all_configs
 from tinylm.inference.engine import Engine
 from tinylm.inference.fast_decode import FastDecoder, one_query_attention, rotation_table
-from tinylm.inference.packed_bf16 import can_pack, packed_linear
+from tinylm.inference.packed_bf16 import can_pack, one_row_product, packed_linear
 from tinylm.inference.runners import FastDecoder as RunnerFast
 from tinylm.inference.runners import ModelCacheRunner, RecomputeRunner, make_runner
 from tinylm.inference.sampling import GREEDY, SamplingParams
@@ -63,6 +63,19 @@ def test_a_packed_bf16_weight_gives_f_linears_product_bit_for_bit(rows: tuple[in
     weight = torch.randn(96, 40, generator=g).bfloat16()
     x = torch.randn(*rows, 40, generator=g).bfloat16()
     assert torch.equal(packed_linear(weight)(x), torch.nn.functional.linear(x, weight))
+
+
+@pytest.mark.parametrize("in_features", [40, 384, 1024])
+def test_one_bf16_row_by_pytorchs_own_kernel_is_f_linears_product_and_leaves_onednn_on(in_features: int) -> None:
+    g = torch.Generator().manual_seed(in_features)
+    weight = torch.randn(96, in_features, generator=g).bfloat16()
+    x = torch.randn(1, in_features, generator=g).bfloat16()
+    enabled = torch.backends.mkldnn.enabled
+    assert torch.equal(one_row_product(weight, x), torch.nn.functional.linear(x, weight))
+    # fp32 sums rounded once: the float64 product rounded to bf16 (up to one rounding of the fp32 sum)
+    exact = (weight.double() @ x.double().T).T
+    assert ((one_row_product(weight, x).double() - exact).abs() <= exact.abs() * 2**-7 + 1e-6).all()
+    assert torch.backends.mkldnn.enabled == enabled
 
 
 @PACKING

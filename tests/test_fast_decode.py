@@ -114,7 +114,8 @@ def test_every_variant_decodes_the_models_logits(name: str, layout: str, copy: s
 
 def test_a_decode_only_copy_is_laid_out_column_major_in_place_and_a_trainable_one_is_left_alone() -> None:
     """row_products.py: an inference copy's float32 projections become column-major (the module's weight a view of
-    that storage, nothing held twice); a tied head reads a column-major copy; a model being trained keeps its tensors."""
+    that storage, nothing held twice); a tied head reads a column-major copy; a model being trained keeps its
+    tensors."""
     config = CONFIGS["gqa"]
     trainable = _model(config)
     FastDecoder(trainable, 1)  # (q, k, v and gate, up become row blocks of fused matrices, each still row-major)
