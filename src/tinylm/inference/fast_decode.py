@@ -173,6 +173,7 @@ class _FusedBlock:
         self.q_norm: torch.Tensor | None = None if attn.q_norm is None else attn.q_norm.weight
         self.k_norm: torch.Tensor | None = None if attn.k_norm is None else attn.k_norm.weight
         self.n_head, self.n_kv_head = attn.n_head, attn.n_kv_head
+        self._qk_norm_rows: torch.Tensor | None = None
         self.moe: nn.Module | None = None
         self.relu2 = isinstance(block.mlp, ReLUSquared)  # one projection up, no gate
         if hasattr(block.mlp, "router"):
@@ -182,9 +183,15 @@ class _FusedBlock:
             self.add_down = residual_projection(block.mlp.down)
 
     def qk_norm_weight(self) -> torch.Tensor:
-        """One weight row per head (n_head query rows, then n_kv_head key rows), from the current weights."""
+        """One weight row per head (n_head query rows, then n_kv_head key rows), from the current weights; built
+        once for an inference copy (no gradient: nothing updates them)."""
         assert self.q_norm is not None and self.k_norm is not None
-        return torch.cat([self.q_norm.expand(self.n_head, -1), self.k_norm.expand(self.n_kv_head, -1)])
+        if self._qk_norm_rows is not None:
+            return self._qk_norm_rows
+        rows = torch.cat([self.q_norm.expand(self.n_head, -1), self.k_norm.expand(self.n_kv_head, -1)])
+        if not (self.q_norm.requires_grad or self.k_norm.requires_grad):
+            self._qk_norm_rows = rows
+        return rows
 
 
 class FastDecoder:
