@@ -65,6 +65,27 @@ def test_a_packed_bf16_weight_gives_f_linears_product_bit_for_bit(rows: tuple[in
     assert torch.equal(packed_linear(weight)(x), torch.nn.functional.linear(x, weight))
 
 
+@PACKING
+@pytest.mark.parametrize("kernel", ["pytorch", "onednn"])
+def test_either_one_row_kernel_gives_f_linears_product(kernel: str) -> None:
+    g = torch.Generator().manual_seed(5)
+    weight, x = torch.randn(96, 40, generator=g).bfloat16(), torch.randn(1, 40, generator=g).bfloat16()
+    assert torch.equal(packed_linear(weight, kernel=kernel)(x), torch.nn.functional.linear(x, weight))
+
+
+@PACKING
+def test_the_one_row_kernel_is_measured_once_then_read_from_the_cache(tmp_path, monkeypatch) -> None:
+    from tinylm.inference.row_kernel import MARGIN, bf16_row_kernel
+
+    monkeypatch.setenv("TINYLM_HOME", str(tmp_path))
+    first = bf16_row_kernel.__wrapped__()
+    assert first.value in ("pytorch", "onednn") and "measured now" in first.reason and not first.cached
+    ratio, spread = first.measured["ratio"], first.measured["spread"]
+    assert (first.value == "pytorch") == (ratio - spread > MARGIN)  # PyTorch's only when clearly faster
+    again = bf16_row_kernel.__wrapped__()
+    assert again.cached and again.value == first.value and again.reason.endswith("(cached)")
+
+
 @pytest.mark.parametrize("in_features", [40, 384, 1024])
 def test_one_bf16_row_by_pytorchs_own_kernel_is_f_linears_product_and_leaves_onednn_on(in_features: int) -> None:
     g = torch.Generator().manual_seed(in_features)

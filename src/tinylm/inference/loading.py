@@ -18,6 +18,8 @@ from tinylm.checkpoint import load_model
 from tinylm.errors import TinyLMError
 from tinylm.inference.decode_timing import cast_measuring_decode
 from tinylm.inference.int8 import quantize_int8
+from tinylm.inference.packed_bf16 import can_pack
+from tinylm.inference.row_kernel import bf16_row_kernel
 from tinylm.runtime.choice import plain
 from tinylm.runtime.device import pick_device
 from tinylm.tokenizer.chat_format import ChatFormat
@@ -40,8 +42,10 @@ def load_for_generation(path: str, int8: bool = False, device: str = "auto", dty
     else:
         model = model.to(dtype)
         meta["decode_dtype"], meta["decode_precision"] = dtype, f"{plain(dtype)}, as asked"
-    # it only decodes: no gradient, which also lets the fast decoder lay its weights out for decoding
-    return model.to(target).eval().requires_grad_(False), tokenizer, meta
+    model = model.to(target).eval().requires_grad_(False)  # it only decodes: the fast decoder may lay weights out
+    if can_pack(next(model.parameters())):  # bf16 on a CPU: which kernel multiplies one row is measured too
+        meta["decode_precision"] += f"; {bf16_row_kernel().reason}"
+    return model, tokenizer, meta
 
 
 def load_with_tokenizer(path: str) -> tuple[nn.Module, Any, dict[str, Any]]:

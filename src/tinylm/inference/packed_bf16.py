@@ -20,7 +20,8 @@ the same numbers as `F.linear`, bit for bit), but a bf16 `mv` reaches it only wh
 switched off; otherwise it goes to oneDNN's GEMM. Streaming 80 `small`-shaped matrices from memory
 (63M weights, one thread, AMD EPYC with AVX512-BF16) it read 16.7 GB/s, the packed product 12.6 and
 the unpacked oneDNN one 7.6; `tinylm generate` at `small` in bf16 went from 203 to 283 tokens/s, the
-same tokens. So a product of one row switches oneDNN off for that call (`one_row_product`) and
+same tokens. Where that kernel is the faster (measured once per machine, `row_kernel.py`; both give
+the same numbers) a product of one row switches oneDNN off for that call (`one_row_product`) and
 reads the plain weight; more rows take the packed one.
 """
 
@@ -30,6 +31,8 @@ import functools
 from collections.abc import Callable
 
 import torch
+
+from tinylm.inference.row_kernel import bf16_row_kernel
 
 
 def can_pack(weight: torch.Tensor) -> bool:
@@ -48,13 +51,17 @@ def cpu_packs_bf16() -> bool:
     return bool(probe()) if probe is not None else True
 
 
-def packed_linear(weight: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-    """x -> F.linear(x, weight) through a copy of `weight` packed for oneDNN (laid out for one row at a time)."""
+def packed_linear(weight: torch.Tensor, kernel: str | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+    """x -> F.linear(x, weight) through a copy of `weight` packed for oneDNN (laid out for one row at a time).
+
+    One row goes to `kernel` ("pytorch" or "onednn"; None: the one measured faster here, `row_kernel.py`).
+    """
     packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 1)
     in_features = weight.shape[1]
+    own_kernel = (kernel or bf16_row_kernel().value) == "pytorch"
 
     def product(x: torch.Tensor) -> torch.Tensor:
-        if x.numel() == in_features:
+        if own_kernel and x.numel() == in_features:
             return one_row_product(weight, x)
         return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
 
