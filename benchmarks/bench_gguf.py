@@ -130,7 +130,11 @@ def main() -> None:
     parser.add_argument("--agree-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--random-preset", help="random weights of this modern preset, the checkpoint's tokenizer")
+    parser.add_argument("--types", default=",".join(QUANTS), help="the GGUF types to export and decode (f32 needed)")
     args = parser.parse_args()
+    quants = [q for q in QUANTS if q in args.types.split(",")]
+    if "f32" not in quants:
+        raise SystemExit(f"bench_gguf: --types must include f32 and may name {', '.join(QUANTS)}")
     missing = llama_cpp_missing()
     if missing:
         raise SystemExit(f"bench_gguf: {missing}")
@@ -152,14 +156,15 @@ def main() -> None:
     walls = read_bandwidths(torch.device("cpu"))
     wall = walls["one_thread_bytes_per_s"] if args.threads == 1 else walls["all_threads_bytes_per_s"]
     result: dict = {"checkpoint": str(checkpoint), "machine": platform.processor() or platform.machine(),
-                    "threads": args.threads, "new_tokens": n, "bandwidth": walls, "types": {}}
+                    "threads": args.threads, "prompt_tokens": len(speed_prompt), "new_tokens": n, "bandwidth": walls,
+                    "types": {}}
 
     def bytes_per_token(weights: int, kv_element_bytes: int) -> float:
         return decode_read_bytes(weights, config, len(speed_prompt), n, kv_element_bytes)
 
     with tempfile.TemporaryDirectory() as tmp:
         files, sizes = {}, {}
-        for quant in QUANTS:
+        for quant in quants:
             done = export_gguf(checkpoint, Path(tmp) / quant, quant)
             files[quant], sizes[quant] = done.file, done.bytes
             result["types"][quant] = {"architecture": done.architecture, "mib": round(done.bytes / 2**20, 3),
@@ -179,7 +184,7 @@ def main() -> None:
     result["llama_cpp_f32_vs_tinylm"] = round(theirs["f32"] / ours["auto"]["tokens_per_s"], 2)
     # at equal number types: tinylm's tokens/s over llama.cpp's, from the same alternating rounds
     result["ratio_same_type"] = {key: round(ours[mine]["tokens_per_s"] / theirs[quant], 3)
-                                 for key, mine, quant in SAME_TYPE}
+                                 for key, mine, quant in SAME_TYPE if quant in theirs}
     print(json.dumps(result, indent=2))
     work.cleanup()
 
