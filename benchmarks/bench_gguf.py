@@ -94,9 +94,9 @@ def tinylm_seconds(engine: Engine, prompt: list[int], n: int) -> float:
     return time.perf_counter() - start
 
 
-def identical_to_reference(model: torch.nn.Module, prompt: list[int], n: int) -> bool:
-    """The fast decoder's greedy tokens equal the model's own forward (`Engine(fast=False)`) in the same dtype."""
-    return Engine(model).generate([prompt], n, GREEDY) == Engine(model, fast=False).generate([prompt], n, GREEDY)
+def identical_to_reference(engine: Engine, prompt: list[int], n: int) -> bool:
+    """The engine's greedy tokens equal its model's own forward (`Engine(fast=False)`) in the same dtype."""
+    return engine.generate([prompt], n, GREEDY) == Engine(engine.model, fast=False).generate([prompt], n, GREEDY)
 
 
 def speeds(checkpoint: Path, files: dict[str, Path], prompt: list[int], n: int, threads: int, context: int,
@@ -117,7 +117,7 @@ def speeds(checkpoint: Path, files: dict[str, Path], prompt: list[int], n: int, 
     tinylm = {name: {"tokens_per_s": round(ours[name], 1), "precision": str(models[name][1]["decode_precision"]),
                      "weight_bytes": weight_bytes(models[name][0]),
                      "cache_element_bytes": models[name][1]["decode_dtype"].itemsize,
-                     "identical_to_reference_path": identical_to_reference(models[name][0], prompt, n)}
+                     "identical_to_reference_path": identical_to_reference(engines[name], prompt, n)}
               for name in engines}
     return theirs, tinylm
 
