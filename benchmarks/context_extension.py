@@ -6,7 +6,10 @@ For each seed: pretrain the `tiny` modern preset at 256 tokens for 1,500 steps o
 library mixed with 12,000 synthetic passkey documents (`--corpus pystdlib+passkey:12000`, see
 data/passkey_corpus.py: code alone teaches no retrieval to measure, and a `tiny` model first finds
 keys after some 750 steps), score it at 256 and 1024 tokens, then extend a copy to 1024 tokens with
-each rule for 150 steps (10% of pretraining) and score that.
+each rule for 150 steps (10% of pretraining) and score that. The extension reads the same corpus plus
+3,000 passkey documents of 1,024 tokens (`passkey:3000:1024`, the base's tokenizer), each row a long
+document's end (`--long-documents --document-ends`), at a fifth of pretraining's learning rates
+(`--extend-passkey 0 --extend-lr 0 --extend-muon-lr 0`: the pretraining data, rows anywhere, its rates).
 Scores: passkey retrieval at 1024 tokens by depth (`tinylm eval --tasks passkey:1024`) and bits per
 byte of dev positions below 256 and from 256 to 1024 (`bpb_positions:1024`). Every step is the
 `tinylm` command a user would type. Prints one JSON object: every run's scores, and the mean and
@@ -60,27 +63,45 @@ def main() -> None:
     parser.add_argument("--extend-steps", type=int, default=150)
     parser.add_argument("--extend-batch", type=int, default=4, help="rows of 1024 tokens")
     parser.add_argument("--long-documents", action="store_true", help="extend on rows inside one document")
+    parser.add_argument("--extend-passkey", type=int, default=3000, metavar="N",
+                        help="extend on data with N more passkey documents of 1,024 tokens (passkey:N:1024, the "
+                             "base's tokenizer), each row a long document's end (--long-documents --document-ends); "
+                             "0: on the pretraining data")
+    parser.add_argument("--extend-lr", type=float, default=0.012, help="the extension's AdamW lr (0: pretraining's)")
+    parser.add_argument("--extend-muon-lr", type=float, default=0.004,
+                        help="the extension's Muon lr (0: pretraining's)")
+    parser.add_argument("--tag", default="", help="appended to the extended runs' folder names")
     parser.add_argument("--examples", type=int, default=100, help="passkey prompts per length (five depths)")
     args = parser.parse_args()
     data = args.out / "data"
-    tinylm("prepare", "--corpus", f"pystdlib+passkey:{args.passkey_documents}", "--out", str(data), "--no-progress")
+    corpus = f"pystdlib+passkey:{args.passkey_documents}"
+    tinylm("prepare", "--corpus", corpus, "--out", str(data), "--no-progress")
+    extend_data, extend_rows = data, ["--long-documents"] if args.long_documents else []
+    if args.extend_passkey:
+        extend_data = args.out / f"data-extend-{args.extend_passkey}"
+        extend_rows = ["--long-documents", "--document-ends"]
+        tinylm("prepare", "--corpus", f"{corpus}+passkey:{args.extend_passkey}:1024",
+               "--tokenizer", str(data / "tokenizer.json"), "--out", str(extend_data), "--no-progress")
+    extend_rows += [*(["--lr", str(args.extend_lr)] if args.extend_lr else []),
+                    *(["--muon-lr", str(args.extend_muon_lr)] if args.extend_muon_lr else [])]
     results = args.out / "results.jsonl"  # one line per scored run: several instances may share a folder
     for seed in args.seeds:
         base = args.out / f"base-s{seed}"
         if not (base / "checkpoints").is_dir():
             tinylm("train", "--data", str(data), "--out", str(base), "--seed", str(seed), "--max-steps",
                    str(args.base_steps), "--no-progress")
-        flat = scores(base, "passkey:256,passkey:1024,bpb_positions:1024", args.examples)
-        record(results, "unextended", seed, {"passkey at 256": flat["passkey:256 passkey"], **summary(flat, 256, 1024)})
+        if not scored(results, "unextended", seed):
+            flat = scores(base, "passkey:256,passkey:1024,bpb_positions:1024", args.examples)
+            record(results, "unextended", seed, {"passkey at 256": flat["passkey:256 passkey"],
+                                                 **summary(flat, 256, 1024)})
         for rule in args.rules:
-            run = args.out / f"{rule}-s{seed}"
+            run = args.out / f"{rule}{args.tag}-s{seed}"
             if not (run / "checkpoints").is_dir():
-                tinylm("train", "--extend", str(base), "--data", str(data), "--out", str(run), "--seed", str(seed),
-                       "--set", "context_length=1024", "--set", f"rope_scaling={rule}", "--max-steps",
-                       str(args.extend_steps), "--batch-size", str(args.extend_batch), "--no-progress",
-                       *(["--long-documents"] if args.long_documents else []))
-            record(results, rule, seed, summary(scores(run, "passkey:1024,bpb_positions:1024", args.examples), 256,
-                                                1024))
+                tinylm("train", "--extend", str(base), "--data", str(extend_data), "--out", str(run), "--seed",
+                       str(seed), "--set", "context_length=1024", "--set", f"rope_scaling={rule}", "--max-steps",
+                       str(args.extend_steps), "--batch-size", str(args.extend_batch), "--no-progress", *extend_rows)
+            flat = scores(run, "passkey:1024,bpb_positions:1024", args.examples)
+            record(results, rule + args.tag, seed, summary(flat, 256, 1024))
     runs: dict[str, dict[int, dict[str, float]]] = {}
     for line in results.read_text().splitlines():
         row = json.loads(line)
@@ -90,8 +111,16 @@ def main() -> None:
                     for name in next(iter(by_seed.values()))} for rule, by_seed in runs.items()}
     print(json.dumps({"base_steps": args.base_steps, "extend_steps": args.extend_steps,
                       "extend_batch": args.extend_batch, "long_documents": args.long_documents,
+                      "extend_passkey": args.extend_passkey,
+                      "extend_lr": args.extend_lr, "extend_muon_lr": args.extend_muon_lr,
                       "seeds": sorted({s for by_seed in runs.values() for s in by_seed}), "runs": runs,
                       "table": table}, indent=1))
+
+
+def scored(results: Path, rule: str, seed: int) -> bool:
+    """Whether an earlier instance sharing this folder has scored this run already."""
+    return results.is_file() and any((row["rule"], row["seed"]) == (rule, seed)
+                                     for row in map(json.loads, results.read_text().splitlines()))
 
 
 def record(results: Path, rule: str, seed: int, scores: dict[str, float]) -> None:

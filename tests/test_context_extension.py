@@ -171,6 +171,34 @@ def test_long_document_rows_are_each_inside_one_document_and_cover_every_start()
     assert all(not (tokens[t:t + 8] == eot).any() for t in tiles)
 
 
+
+def test_document_end_rows_are_each_a_long_documents_last_window_the_documents_drawn_uniformly() -> None:
+    """A passkey document asks at its end: with --document-ends every row ends where a document does."""
+    from tinylm.data.document_windows import DocumentWindows
+    from tinylm.data.loader import BatchLoader
+
+    eot, rng = 0, np.random.default_rng(0)
+    lengths = [3, 30, 9, 17, 50, 8]
+    tokens = np.concatenate([np.append(rng.integers(1, 99, n - 1), eot) for n in lengths]).astype(np.uint16)
+    documents = DocumentWindows(tokens, eot)
+    starts = documents.sample_ends(np.random.default_rng(1), 9_000, seq_len=8)
+    ends = {int(s) + n - 9 for s, n in zip(documents.starts, lengths) if n > 8}  # one window each, at its end
+    assert set(starts.tolist()) == ends == {24, 33, 50, 100}
+    counts = np.bincount(starts)[sorted(ends)]
+    assert counts.min() > 0.9 * counts.mean() and counts.max() < 1.1 * counts.mean()  # uniform over documents
+    loader = BatchLoader(tokens, 64, 8, seed=3, long_documents_eot=eot, document_ends=True)
+    x, y = loader.next_batch()
+    assert (y[:, -1] == eot).all() and not (x == eot).any()  # each row's last target its document's end
+    with pytest.raises(TinyLMError, match="--document-ends .* needs --long-documents"):
+        BatchLoader(tokens, 4, 8, document_ends=True)
+    with pytest.raises(TinyLMError, match="no document holds a window of 51 tokens"):
+        documents.sample_ends(np.random.default_rng(1), 4, seq_len=50)
+
+
+def test_document_ends_without_long_documents_is_refused_before_any_run(tmp_path: Path) -> None:
+    with pytest.raises(TinyLMError, match="--document-ends .* needs --long-documents"):
+        config(tmp_path / "run", max_steps=1, document_ends=True).validate()
+
 # ---- the evaluations that need the length ----------------------------------------------------------------
 def test_a_passkey_prompt_is_the_length_asked_with_the_key_at_its_depth(base_run: Path) -> None:
     from tinylm.evaluate.long_context import QUESTION, passkey_prompt

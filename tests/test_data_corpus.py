@@ -238,6 +238,30 @@ def test_passkey_documents_hide_a_key_and_ask_for_it_in_the_evaluations_words() 
     assert docs("passkey")[:40] != texts and len(docs("passkey")) == 12_000
 
 
+def test_long_passkey_documents_ask_across_any_distance_up_to_their_length() -> None:
+    """passkey:N:LEN: every document longer than LEN tokens, the key asked for from near to all of LEN tokens
+    back (counted here by the `tiny` BPE, on a tokenizer trained on the documents themselves)."""
+    import re
+
+    from tinylm.data.passkey_words import QUESTION as EVAL_QUESTION
+    from tinylm.tokenizer.train import train_bpe
+
+    corpus = open_corpus("passkey:60:512")
+    texts = list(corpus.documents())
+    assert corpus.spec == "passkey:60:512" and len(texts) == 60 and texts == docs("passkey:60:512")  # seeded
+    assert corpus.fingerprint != open_corpus("passkey:60:1024").fingerprint != open_corpus("passkey:60").fingerprint
+    tokenizer = train_bpe(docs("pystdlib")[:300] + docs("passkey:2000"), 4096)
+    distances = []
+    for text in texts:
+        needle = re.search(r"The pass key is (\d{5})\. Remember it\. (\d{5}) is the pass key\. ", text)
+        assert needle and text.endswith(f"{EVAL_QUESTION} {needle.group(1)}.")
+        assert len(tokenizer.encode(text)) > 512
+        distances.append(len(tokenizer.encode(text[needle.start():])))  # the needle to the end, in tokens
+    assert min(distances) < 0.2 * 512 and 0.9 * 512 < max(distances) < 1.03 * 512  # near to all of it
+    for spec in ("passkey:5:40", "passkey:5:x", "passkey:5:-9"):
+        with pytest.raises(TinyLMError, match="passkey:N:LEN takes a length in tokens above 40"):
+            open_corpus(spec)
+
 def test_corpora_joined_by_plus_are_one_corpus_in_turn(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("first")
     (tmp_path / "b.txt").write_text("second")

@@ -277,3 +277,15 @@ def test_z_loss_is_in_the_training_loss_and_never_in_the_dev_loss(tmp_path: Path
     assert step1[with_z] - step1[plain] == pytest.approx(term, rel=0.05)
     dev = {run: next(r["dev_loss"] for r in logged[run] if "dev_loss" in r) for run in logged}
     assert abs(dev[with_z] - dev[plain]) < term / 30
+
+
+def test_a_relative_data_folder_is_recorded_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run trained with `--data data` from one folder is evaluated from any other: its lineage must not say
+    "data" and leave the reader to guess where that was."""
+    from tinylm.evaluate.bpb import pretraining_data
+
+    monkeypatch.chdir(data_dir().parent)
+    pretrain(config(tmp_path / "run", data=data_dir().name, max_steps=1))
+    monkeypatch.chdir(tmp_path)
+    _, _, meta = load_model(tmp_path / "run")
+    assert pretraining_data(meta) == data_dir() and Path(meta["lineage"][0]["data"]).is_absolute()

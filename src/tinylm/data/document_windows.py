@@ -3,7 +3,8 @@
 Pretraining draws windows at any offset, so a 1,024-token row from a corpus of short documents is
 several documents side by side, and position 900 rarely depends on anything 900 tokens back. A
 model whose context is being extended learns to use the far positions only from rows that are
-one long document; `--long-documents` draws its rows from those alone. Each document is the tokens
+one long document; `--long-documents` draws its rows from those alone (any window inside one, or with
+`--document-ends` each one's last, where a passkey document asks its question). Each document is the tokens
 up to and including its end-of-text; a window of seq_len + 1 tokens (inputs and targets) must fit
 in one, so a document of n tokens offers n - seq_len starts.
 
@@ -49,6 +50,16 @@ class DocumentWindows:
         picks = rng.integers(0, total, size=count, dtype=np.int64)
         document = np.searchsorted(cumulative, picks, side="right")
         return self.starts[document] + picks - (cumulative[document] - fits[document])
+
+    def sample_ends(self, rng: np.random.Generator, count: int, seq_len: int) -> np.ndarray:
+        """`count` window starts, each the last window of a document drawn uniformly from those that hold one:
+        what a document asks at its end (a passkey's question) is in every row, with a row of context behind."""
+        long = np.flatnonzero(self.lengths > seq_len)
+        if len(long) == 0:
+            raise TinyLMError(f"no document holds a window of {seq_len + 1} tokens (the longest has "
+                              f"{int(self.lengths.max())}): use shorter rows or longer documents")
+        document = long[rng.integers(0, len(long), size=count)]
+        return self.starts[document] + self.lengths[document] - (seq_len + 1)
 
     def tiles(self, seq_len: int) -> np.ndarray:
         """Starts of non-overlapping windows from each document's first token, every one inside its document."""

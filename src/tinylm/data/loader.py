@@ -86,7 +86,7 @@ class BatchLoader:
 
     def __init__(self, path_or_bin: str | Path | np.ndarray, batch_size: int, seq_len: int, seed: int = 0,
                  rank: int = 0, world_size: int = 1, device: str | torch.device = "cpu",
-                 long_documents_eot: int | None = None) -> None:
+                 long_documents_eot: int | None = None, document_ends: bool = False) -> None:
         _positive(batch_size=batch_size, seq_len=seq_len, world_size=world_size)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is outside [0, world_size={world_size})")
@@ -100,6 +100,10 @@ class BatchLoader:
         self.step = 0
         # given the end-of-text id, rows come only from documents that hold a whole row (document_windows.py)
         self.documents = None if long_documents_eot is None else DocumentWindows(self.tokens, long_documents_eot)
+        if document_ends and self.documents is None:
+            raise TinyLMError("--document-ends draws each row as a long document's last tokens: it needs "
+                              "--long-documents")
+        self.document_ends = document_ends
         if self.documents is not None and not self.documents.longer_than(seq_len):
             raise TinyLMError(f"--long-documents: no document of {self.where} holds a row of {seq_len + 1} tokens "
                               f"(the longest has {int(self.documents.lengths.max())})")
@@ -109,7 +113,9 @@ class BatchLoader:
         `seq_len` tokens; by default the loader's batch and length)."""
         rows, seq_len = rows or self.batch_size, seq_len or self.seq_len
         rng = np.random.default_rng([self.seed, step])
-        if self.documents is not None:
+        if self.documents is not None and self.document_ends:
+            starts = self.documents.sample_ends(rng, self.world_size * rows, seq_len)
+        elif self.documents is not None:
             starts = self.documents.sample(rng, self.world_size * rows, seq_len)
         else:
             starts = rng.integers(0, len(self.tokens) - seq_len, size=self.world_size * rows, dtype=np.int64)

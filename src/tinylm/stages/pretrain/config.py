@@ -50,6 +50,9 @@ class PretrainConfig(EngineConfig):
     long_documents: bool = Option(
         "draw rows only from documents that hold a whole row, so every position has its own document behind it "
         "(for a context extension; the header says how many there are)", group=MODEL_AND_DATA)(False)
+    document_ends: bool = Option(
+        "with --long-documents, each row is the last tokens of a long document drawn uniformly, so what a "
+        "document asks at its end is asked with a whole row behind it (passkey:N:LEN)", group=MODEL_AND_DATA)(False)
     data: str | None = Option("prepared data folder (default: the pystdlib corpus, prepared on first use)",
                               metavar="DIR", group=MODEL_AND_DATA)(None)
     batch_ramp_steps: int = Option("a batch-size ramp, a quarter of --batch-size for the first half of "
@@ -105,6 +108,9 @@ class PretrainConfig(EngineConfig):
     def validate(self) -> None:
         # the end-of-run sample and the batch plan: refuse now, before a run folder exists, not after training
         check_sampling_options(self.temperature, self.top_k)
+        if self.document_ends and not self.long_documents:
+            raise TinyLMError("--document-ends draws each row as a long document's last tokens: it needs "
+                              "--long-documents")
         super().validate()
         check_quarters(self.batch_size, self.seq_len, self.batch_ramp_steps, self.seq_len_warmup_steps or 0)
 

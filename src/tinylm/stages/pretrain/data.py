@@ -50,6 +50,7 @@ def prepare_default_data(model_config: ModelConfig, env: DistEnv, progress: bool
 
 def resolve_data_dir(data: str | None, model_config: ModelConfig, env: DistEnv, progress: bool = True) -> Path:
     """The checked data folder for this model: `data`, or the default corpus prepared on demand."""
-    path = prepare_default_data(model_config, env, progress) if data is None else Path(data)
+    # absolute: the run records it, and a checkpoint read from another folder must still find its data
+    path = prepare_default_data(model_config, env, progress) if data is None else Path(data).absolute()
     check_data_dir(path, vocab_size=model_config.vocab_size)
     return path

@@ -77,7 +77,8 @@ class PretrainStage(Stage[PretrainConfig]):
         eot = int(read_sidecar(self.data_dir, "train")["eot_id"])
         self.loader = BatchLoader(self.data_dir / "train.bin", cfg.batch_size, self.seq_len, seed=cfg.seed,
                                   rank=env.rank, world_size=env.world_size, device=str(ctx.device),
-                                  long_documents_eot=eot if cfg.long_documents else None)
+                                  long_documents_eot=eot if cfg.long_documents else None,
+                                  document_ends=cfg.document_ends)
         assert ctx.plan is not None  # the engine's plan, built once: it counts tokens by it, this stage draws by it
         self.plan = ctx.plan
         # eval_batches global batches (eval_batch_size, else batch_size, x world_size rows each): the same dev
@@ -98,7 +99,8 @@ class PretrainStage(Stage[PretrainConfig]):
             original = self.mcfg.rope_base_context
             # the loader's own spans where it drew them (--long-documents): train.bin is scanned once
             documents = self.loader.documents or DocumentWindows(self.loader.tokens, eot)
-            rows = ("rows are drawn from those alone (--long-documents)" if cfg.long_documents else
+            rows = ("rows are the last tokens of those (--long-documents --document-ends)" if cfg.document_ends else
+                    "rows are drawn from those alone (--long-documents)" if cfg.long_documents else
                     "a row crosses document boundaries where they are shorter (--long-documents keeps it in one)")
             ctx.say(f"documents: of {len(documents.lengths):,} train documents, {documents.longer_than(original):,} "
                     f"hold a {original}-token row and {documents.longer_than(self.seq_len):,} a {self.seq_len}-token "
