@@ -67,6 +67,8 @@ def main() -> None:
                         help="extend on data with N more passkey documents of 1,024 tokens (passkey:N:1024, the "
                              "base's tokenizer), each row a long document's end (--long-documents --document-ends); "
                              "0: on the pretraining data")
+    parser.add_argument("--far", action="store_true",
+                        help="the extension's passkey documents weighted toward far keys (passkey:N:1024:far)")
     parser.add_argument("--extend-lr", type=float, default=0.012, help="the extension's AdamW lr (0: pretraining's)")
     parser.add_argument("--extend-muon-lr", type=float, default=0.004,
                         help="the extension's Muon lr (0: pretraining's)")
@@ -78,9 +80,9 @@ def main() -> None:
     tinylm("prepare", "--corpus", corpus, "--out", str(data), "--no-progress")
     extend_data, extend_rows = data, ["--long-documents"] if args.long_documents else []
     if args.extend_passkey:
-        extend_data = args.out / f"data-extend-{args.extend_passkey}"
+        extend_data = args.out / f"data-extend-{args.extend_passkey}{'-far' if args.far else ''}"
         extend_rows = ["--long-documents", "--document-ends"]
-        tinylm("prepare", "--corpus", f"{corpus}+passkey:{args.extend_passkey}:1024",
+        tinylm("prepare", "--corpus", f"{corpus}+passkey:{args.extend_passkey}:1024{':far' if args.far else ''}",
                "--tokenizer", str(data / "tokenizer.json"), "--out", str(extend_data), "--no-progress")
     extend_rows += [*(["--lr", str(args.extend_lr)] if args.extend_lr else []),
                     *(["--muon-lr", str(args.extend_muon_lr)] if args.extend_muon_lr else [])]
@@ -111,7 +113,7 @@ def main() -> None:
                     for name in next(iter(by_seed.values()))} for rule, by_seed in runs.items()}
     print(json.dumps({"base_steps": args.base_steps, "extend_steps": args.extend_steps,
                       "extend_batch": args.extend_batch, "long_documents": args.long_documents,
-                      "extend_passkey": args.extend_passkey,
+                      "extend_passkey": args.extend_passkey, "far": args.far,
                       "extend_lr": args.extend_lr, "extend_muon_lr": args.extend_muon_lr,
                       "seeds": sorted({s for by_seed in runs.values() for s in by_seed}), "runs": runs,
                       "table": table}, indent=1))

@@ -258,6 +258,10 @@ def test_long_passkey_documents_ask_across_any_distance_up_to_their_length() -> 
         assert len(tokenizer.encode(text)) > 512
         distances.append(len(tokenizer.encode(text[needle.start():])))  # the needle to the end, in tokens
     assert min(distances) < 0.2 * 512 and 0.9 * 512 < max(distances) < 1.03 * 512  # near to all of it
+    far = [len(tokenizer.encode(t[t.index("The pass key is"):])) for t in docs("passkey:60:512:far")]
+    assert max(far) < 1.03 * 512 and sum(d > 256 for d in far) > 38 > sum(d > 256 for d in distances)  # 3/4 vs 1/2
+    with pytest.raises(TinyLMError, match="passkey:N:LEN:far is the only shape"):
+        open_corpus("passkey:5:512:near")
     for spec in ("passkey:5:40", "passkey:5:x", "passkey:5:-9"):
         with pytest.raises(TinyLMError, match="passkey:N:LEN takes a length in tokens above 40"):
             open_corpus(spec)

@@ -1,4 +1,4 @@
-"""`passkey[:N[:LEN]]`: N synthetic documents that each hide a five-digit key and ask for it at the end.
+"""`passkey[:N[:LEN[:far]]]`: N synthetic documents that each hide a five-digit key and ask for it at the end.
 
 A small model trained on code never sees "The pass key is 40219 ... The pass key is" and answers
 "a": passkey retrieval measures nothing on it, at any length. Mixed into pretraining
@@ -21,6 +21,9 @@ evaluation's depths 0 to 1 ask, and filler before the needle makes every documen
 Rows drawn anywhere rarely hold both a far needle and its question (a key 900 tokens back is in a
 1,024-token row only when the question lands in its last tenth), so `tinylm train --long-documents
 --document-ends` reads each of these as its last LEN + 1 tokens, the question at the row's end.
+`passkey:N:LEN:far` draws the distance with a density rising linearly to LEN, three quarters of the keys
+in the far half, where retrieval is hardest.
+
 The corpus is written before any tokenizer exists, so lengths are sized in characters at the filler's
 CHARS_PER_TOKEN, measured with the `tiny` BPE: under a tokenizer that packs more characters in a token
 the far keys come nearer, and documents it makes shorter than a row are not drawn.
@@ -88,14 +91,15 @@ def passkey_document(rng: random.Random) -> str:
     return before + NEEDLE.format(key=key) + between + f"{QUESTION} {key}."
 
 
-def long_passkey_document(rng: random.Random, length: int) -> str:
+def long_passkey_document(rng: random.Random, length: int, far: bool = False) -> str:
     """The evaluation's shape at `length` tokens: the key asked for across a uniform distance up to all of
     them (the needle at the very start of the document's last `length` tokens, as depth 0 puts it), and
     filler before the needle to more than `length` tokens in all."""
     filler = Filler(rng)
     key = rng.randrange(10_000, 100_000)
     reach = round((length - NEEDLE_TOKENS - QUESTION_TOKENS) * filler.chars_per_token)
-    between = filler.chars(rng.randrange(reach + 1))
+    # far: the distance's density rises linearly to the row's length (three quarters in its far half)
+    between = filler.chars(round(reach * rng.random() ** 0.5) if far else rng.randrange(reach + 1))
     before = filler.chars(round(length * MAX_CHARS_PER_TOKEN) - len(between))
     return before + NEEDLE.format(key=key) + between + f"{QUESTION} {key}."
 
@@ -104,6 +108,9 @@ def passkey_corpus(spec: str) -> Corpus:
     """The corpus `passkey` (DEFAULT_DOCUMENTS documents), `passkey:N`, or `passkey:N:LEN` (long ones)."""
     _, _, numbers = spec.partition(":")
     count, _, length_text = numbers.partition(":")
+    length_text, _, shape = length_text.partition(":")
+    if shape not in ("", "far"):
+        raise TinyLMError(f"--corpus {spec}: passkey:N:LEN:far is the only shape a passkey corpus takes")
     try:
         documents = int(count) if count else DEFAULT_DOCUMENTS
     except ValueError:
@@ -120,9 +127,10 @@ def passkey_corpus(spec: str) -> Corpus:
     def read(stats: ReadStats) -> Iterator[str]:
         rng = random.Random(documents if not length else f"passkey:{documents}:{length}")
         for _ in range(documents):
-            yield long_passkey_document(rng, length) if length else passkey_document(rng)
+            yield long_passkey_document(rng, length, shape == "far") if length else passkey_document(rng)
 
     if length:
-        return Corpus(spec=f"passkey:{documents}:{length}", fingerprint=f"passkey-long-v2-{documents}-{length}",
-                      read=read)
+        tail = f":{shape}" if shape else ""
+        return Corpus(spec=f"passkey:{documents}:{length}{tail}",
+                      fingerprint=f"passkey-long-v2-{documents}-{length}{tail}", read=read)
     return Corpus(spec=f"passkey:{documents}", fingerprint=f"passkey-v1-{documents}", read=read)

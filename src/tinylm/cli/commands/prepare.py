@@ -9,8 +9,8 @@ corpora (--corpus):
   hf:NAME[:CONFIG][:SPLIT]    a Hugging Face dataset (streamed; needs the datasets extra)
   passkey[:N]                 N synthetic documents (default 12000) that hide a five-digit key in filler
                               and ask for it at the end: retrieval for a context extension to measure
-  passkey:N:LEN               N longer than LEN tokens, the key asked for from up to LEN tokens back: data to
-                              extend on (with train --long-documents --document-ends)
+  passkey:N:LEN[:far]         N longer than LEN tokens, the key asked for from up to LEN tokens back (:far:
+                              mostly far back): data to extend on (train --long-documents --document-ends)
   A+B                         several of these as one corpus (pystdlib+passkey)
 
 tokenizers (--tokenizer):
