@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from test_train_support import MICRO, config, losses
-from tinylm.checkpoint import checkpoint_model_config, list_checkpoints, read_weights
+from tinylm.checkpoint import checkpoint_model_config, list_checkpoints, load_model, read_weights
 from tinylm.cli.main import main
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
@@ -288,3 +288,38 @@ def test_eval_reads_passkey_and_position_buckets_past_the_window(base_run: Path,
         assert key in text, key
     assert main(["eval", "--checkpoint", str(base_run), "--tasks", "passkey:12x"]) != 0
     assert "the length after ':' must be a whole number" in capsys.readouterr().err
+
+
+def test_the_first_tokens_diagnostic_moves_the_needle_in_and_keeps_the_length_and_keys(
+        base_run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/passkey_first_tokens.py: at shift S the depth-0 prompt has S filler tokens before the needle,
+    the same length, and the same keys as at every other shift."""
+    import runpy
+    import sys
+
+    from tinylm.data.passkey_words import FILLER, NEEDLE
+    from tinylm.evaluate import long_context
+
+    prompts: list[list[int]] = []
+    real = long_context.greedy_text
+
+    def spy(model, tokenizer, ids, new_tokens):  # type: ignore[no-untyped-def]
+        prompts.append(ids[0].tolist())
+        return real(model, tokenizer, ids, new_tokens)
+
+    monkeypatch.setattr(long_context, "greedy_text", spy)
+    script = Path(__file__).parent.parent / "benchmarks" / "passkey_first_tokens.py"
+    monkeypatch.setattr(sys, "argv", [str(script), str(base_run), "--shifts", "0", "7", "--keys", "2",
+                                      "--length", "256"])
+    capsys.readouterr()
+    runpy.run_path(str(script), run_name="__main__")
+    report = json.loads(capsys.readouterr().out)
+    assert set(report["accuracy_by_shift"]) == {"0", "7"} and report["keys"] == 2
+    _, tokenizer, _ = load_model(base_run)
+    filler = tokenizer.encode(FILLER)
+    assert [len(p) for p in prompts] == [len(prompts[0])] * 4 and abs(len(prompts[0]) - 256) <= len(filler)
+    for at_zero, shifted in zip(prompts[:2], prompts[2:]):
+        assert shifted[:7] == filler[:7]
+        key = int(tokenizer.decode(at_zero).split("The pass key is ")[1][:5])  # the same key at both shifts
+        assert tokenizer.decode(at_zero).startswith(NEEDLE.format(key=key)[:20])
+        assert tokenizer.decode(shifted[7:]).startswith(NEEDLE.format(key=key)[:20])
