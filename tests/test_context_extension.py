@@ -146,13 +146,19 @@ def test_documents_are_counted_by_the_rows_they_hold() -> None:
         document_windows.CHUNK = chunk
 
 
+def six_documents() -> tuple[int, list[int], np.ndarray]:
+    """End-of-text 0, and six documents of these lengths (each counting its end-of-text) of random tokens."""
+    eot, rng = 0, np.random.default_rng(0)
+    lengths = [3, 30, 9, 17, 50, 8]
+    tokens = np.concatenate([np.append(rng.integers(1, 99, n - 1), eot) for n in lengths]).astype(np.uint16)
+    return eot, lengths, tokens
+
+
 def test_long_document_rows_are_each_inside_one_document_and_cover_every_start() -> None:
     from tinylm.data.document_windows import DocumentWindows
     from tinylm.data.loader import BatchLoader
 
-    eot, rng = 0, np.random.default_rng(0)
-    lengths = [3, 30, 9, 17, 50, 8]
-    tokens = np.concatenate([np.append(rng.integers(1, 99, n - 1), eot) for n in lengths]).astype(np.uint16)
+    eot, lengths, tokens = six_documents()
     documents = DocumentWindows(tokens, eot)
     starts = documents.sample(np.random.default_rng(1), 20_000, seq_len=8)
     valid = {int(s) + k for s, n in zip(documents.starts, lengths) for k in range(n - 8)}  # n - 8 starts each
@@ -171,15 +177,12 @@ def test_long_document_rows_are_each_inside_one_document_and_cover_every_start()
     assert all(not (tokens[t:t + 8] == eot).any() for t in tiles)
 
 
-
 def test_document_end_rows_are_each_a_long_documents_last_window_the_documents_drawn_uniformly() -> None:
     """A passkey document asks at its end: with --document-ends every row ends where a document does."""
     from tinylm.data.document_windows import DocumentWindows
     from tinylm.data.loader import BatchLoader
 
-    eot, rng = 0, np.random.default_rng(0)
-    lengths = [3, 30, 9, 17, 50, 8]
-    tokens = np.concatenate([np.append(rng.integers(1, 99, n - 1), eot) for n in lengths]).astype(np.uint16)
+    eot, lengths, tokens = six_documents()
     documents = DocumentWindows(tokens, eot)
     starts = documents.sample_ends(np.random.default_rng(1), 9_000, seq_len=8)
     ends = {int(s) + n - 9 for s, n in zip(documents.starts, lengths) if n > 8}  # one window each, at its end

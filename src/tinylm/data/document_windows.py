@@ -20,6 +20,8 @@ import numpy as np
 from tinylm.errors import TinyLMError
 
 CHUNK = 1 << 26  # tokens compared at a time
+DOCUMENT_ENDS_NEED_LONG_DOCUMENTS = ("--document-ends draws each row as a long document's last tokens: it needs "
+                                     "--long-documents")
 
 
 class DocumentWindows:
@@ -39,13 +41,16 @@ class DocumentWindows:
         """How many documents hold a whole window of seq_len + 1 tokens."""
         return int(np.count_nonzero(self.lengths > seq_len))
 
-    def sample(self, rng: np.random.Generator, count: int, seq_len: int) -> np.ndarray:
-        """`count` window starts drawn uniformly from all windows that fit inside one document."""
-        fits = np.maximum(self.lengths - seq_len, 0)
-        total = int(fits.sum())
-        if total == 0:
+    def check_fits(self, seq_len: int) -> None:
+        if not self.longer_than(seq_len):
             raise TinyLMError(f"no document holds a window of {seq_len + 1} tokens (the longest has "
                               f"{int(self.lengths.max())}): use shorter rows or longer documents")
+
+    def sample(self, rng: np.random.Generator, count: int, seq_len: int) -> np.ndarray:
+        """`count` window starts drawn uniformly from all windows that fit inside one document."""
+        self.check_fits(seq_len)
+        fits = np.maximum(self.lengths - seq_len, 0)
+        total = int(fits.sum())
         cumulative = np.cumsum(fits)
         picks = rng.integers(0, total, size=count, dtype=np.int64)
         document = np.searchsorted(cumulative, picks, side="right")
@@ -54,10 +59,8 @@ class DocumentWindows:
     def sample_ends(self, rng: np.random.Generator, count: int, seq_len: int) -> np.ndarray:
         """`count` window starts, each the last window of a document drawn uniformly from those that hold one:
         what a document asks at its end (a passkey's question) is in every row, with a row of context behind."""
+        self.check_fits(seq_len)
         long = np.flatnonzero(self.lengths > seq_len)
-        if len(long) == 0:
-            raise TinyLMError(f"no document holds a window of {seq_len + 1} tokens (the longest has "
-                              f"{int(self.lengths.max())}): use shorter rows or longer documents")
         document = long[rng.integers(0, len(long), size=count)]
         return self.starts[document] + self.lengths[document] - (seq_len + 1)
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tinylm.data.document_windows import DocumentWindows
+from tinylm.data.document_windows import DOCUMENT_ENDS_NEED_LONG_DOCUMENTS, DocumentWindows
 from tinylm.data.shards import open_shard
 from tinylm.errors import TinyLMError
 
@@ -101,8 +101,7 @@ class BatchLoader:
         # given the end-of-text id, rows come only from documents that hold a whole row (document_windows.py)
         self.documents = None if long_documents_eot is None else DocumentWindows(self.tokens, long_documents_eot)
         if document_ends and self.documents is None:
-            raise TinyLMError("--document-ends draws each row as a long document's last tokens: it needs "
-                              "--long-documents")
+            raise TinyLMError(DOCUMENT_ENDS_NEED_LONG_DOCUMENTS)
         self.document_ends = document_ends
         if self.documents is not None and not self.documents.longer_than(seq_len):
             raise TinyLMError(f"--long-documents: no document of {self.where} holds a row of {seq_len + 1} tokens "

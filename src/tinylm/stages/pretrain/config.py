@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tinylm.config import ModelConfig, parse_override
+from tinylm.data.document_windows import DOCUMENT_ENDS_NEED_LONG_DOCUMENTS
 from tinylm.depth import MAX_DEPTH, DepthRule
 from tinylm.errors import TinyLMError
 from tinylm.inference.sampling import check_sampling_options
@@ -109,8 +110,7 @@ class PretrainConfig(EngineConfig):
         # the end-of-run sample and the batch plan: refuse now, before a run folder exists, not after training
         check_sampling_options(self.temperature, self.top_k)
         if self.document_ends and not self.long_documents:
-            raise TinyLMError("--document-ends draws each row as a long document's last tokens: it needs "
-                              "--long-documents")
+            raise TinyLMError(DOCUMENT_ENDS_NEED_LONG_DOCUMENTS)
         super().validate()
         check_quarters(self.batch_size, self.seq_len, self.batch_ramp_steps, self.seq_len_warmup_steps or 0)
 
