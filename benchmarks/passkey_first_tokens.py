@@ -18,6 +18,7 @@ import torch
 
 from tinylm.checkpoint import load_model
 from tinylm.data.passkey_words import FILLER
+from tinylm.errors import TinyLMError
 from tinylm.evaluate.long_context import answered, greedy_text, passkey_prompt
 
 
@@ -29,7 +30,10 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=1024)
     args = parser.parse_args()
     for run in args.runs:
-        model, tokenizer, _ = load_model(run)
+        try:
+            model, tokenizer, _ = load_model(run)
+        except TinyLMError as error:  # a missing or damaged run: one line, as the tinylm commands say it
+            raise SystemExit(f"passkey_first_tokens.py: {error}") from None
         model.eval()
         unit = tokenizer.encode(FILLER)
         accuracy = {}
