@@ -25,7 +25,7 @@ from tinylm.data.loader import load_tokens
 from tinylm.inference.engine import Engine
 from tinylm.inference.loading import load_for_generation
 from tinylm.inference.sampling import GREEDY
-from tinylm.inference.speculative import SpeculativeStats, speculative_stream
+from tinylm.inference.speculative import SpeculativeDecoder, SpeculativeStats
 
 
 def dev_prompts(target: str, count: int, length: int) -> list[list[int]]:
@@ -37,13 +37,13 @@ def dev_prompts(target: str, count: int, length: int) -> list[list[int]]:
     return [tokens[s:s + length].astype(np.int64).tolist() for s in starts]
 
 
-def decode(engine: Engine, draft: torch.nn.Module | None, prompt: list[int], new_tokens: int, k: int,
+def decode(engine: Engine, speculator: SpeculativeDecoder | None, prompt: list[int], new_tokens: int,
            stats: SpeculativeStats | None = None) -> tuple[list[int], float]:
     start = time.perf_counter()
-    if draft is None:
+    if speculator is None:
         out = list(engine.stream(prompt, new_tokens, GREEDY))
     else:
-        out = list(speculative_stream(engine.model, draft, prompt, new_tokens, k=k, sampling=GREEDY, stats=stats))
+        out = list(speculator.stream(prompt, new_tokens, sampling=GREEDY, stats=stats))
     return out, time.perf_counter() - start
 
 
@@ -63,10 +63,10 @@ def main() -> None:
     drafts = {}
     for item in args.draft:
         name, _, path = item.partition("=")
-        drafts[name] = load_for_generation(path)[0]
+        drafts[name] = SpeculativeDecoder(target, load_for_generation(path)[0], args.k)  # built once, as generate
     engine = Engine(target)
     prompts = dev_prompts(args.target, args.prompts, args.prompt_tokens)
-    reference = [decode(engine, None, p, args.new_tokens, args.k)[0] for p in prompts]  # also the warm-up
+    reference = [decode(engine, None, p, args.new_tokens)[0] for p in prompts]  # also the warm-up
     best = {name: float("inf") for name in ["target", *drafts]}
     stats = {name: SpeculativeStats() for name in drafts}
     identical = dict.fromkeys(drafts, True)
@@ -74,11 +74,11 @@ def main() -> None:
         for name in (["target", *drafts] if repeat % 2 == 0 else [*drafts, "target"]):
             total = 0.0
             for prompt, expected in zip(prompts, reference):
-                draft = drafts.get(name)
-                out, seconds = decode(engine, draft, prompt, args.new_tokens, args.k,
-                                      stats[name] if draft is not None and repeat == 0 else None)
+                speculator = drafts.get(name)
+                out, seconds = decode(engine, speculator, prompt, args.new_tokens,
+                                      stats[name] if speculator is not None and repeat == 0 else None)
                 total += seconds
-                if draft is not None:
+                if speculator is not None:
                     identical[name] &= out == expected
             best[name] = min(best[name], total)
     generated = sum(len(r) for r in reference)

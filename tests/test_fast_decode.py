@@ -15,9 +15,10 @@ import torch
 
 from model_variants import all_configs, modern_config
 from tinylm.config import ModelConfig
-from tinylm.inference import fast_decode_support
+from tinylm.inference import fast_decode, fast_decode_support
 from tinylm.inference.fast_decode import FastDecoder, refusal
 from tinylm.inference.fast_decode_support import HANDLED, IRRELEVANT, unsupported_features
+from tinylm.inference.packed_float import onednn_linear_available, packed_float_product
 from tinylm.inference.runners import ModelCacheRunner, RecomputeRunner, make_runner, runner_choice
 from tinylm.models.factory import build_model
 
@@ -94,16 +95,17 @@ def _decode(runner, idx: torch.Tensor, positions: torch.Tensor | None, valid: to
     return torch.cat(logits, dim=1)
 
 
-@pytest.mark.parametrize("copy", ["trainable", "decodes-only"])
+@pytest.mark.parametrize("copy", ["trainable", "decodes-only", "verifier"])
 @pytest.mark.parametrize("layout", ["batch1", "batch2", "padded"])
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_every_variant_decodes_the_models_logits(name: str, layout: str, copy: str) -> None:
-    """Both layouts: a trainable model's own weights, and a decode-only copy's, laid out column-major."""
+    """Every layout: a trainable model's own weights, a decode-only copy's, laid out column-major, and a decode-only
+    copy's packed by oneDNN for 5 rows a call (speculative decoding's target, packed_float.py)."""
     model = _model(CONFIGS[name]).requires_grad_(copy == "trainable")
     idx, positions, valid = _inputs(layout, model.config.vocab_size)
     with torch.inference_mode():
         reference = model.logits(model.forward_hidden(idx, positions=positions, valid=valid))
-        runner = make_runner(model, idx.shape[0])  # what the engine decodes with
+        runner = make_runner(model, idx.shape[0], rows_per_call=5 if copy == "verifier" else 1)  # as the engine does
         got = _decode(runner, idx, positions, valid)
     if refusal(model) is None:
         assert isinstance(runner, FastDecoder)
@@ -136,3 +138,32 @@ def test_a_decode_only_copy_is_laid_out_column_major_in_place_and_a_trainable_on
     with torch.inference_mode():
         reference = decoding.logits(decoding.forward_hidden(ids))
         torch.testing.assert_close(decoder.extend(ids, last_only=False), reference, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(not onednn_linear_available(), reason="this torch has no oneDNN linear ops")
+def test_a_verifier_multiplies_every_projection_through_weights_packed_for_its_rows(monkeypatch) -> None:
+    """packed_float.py: a decode-only copy asked for 5 rows a call packs every projection and the head for 5 rows
+    (none when asked for one row, nor for a trainable model); a pass of 5 tokens gives the model's logits."""
+    packed: list[tuple[tuple[int, ...], int]] = []
+
+    def counting(weight: torch.Tensor, rows: int):
+        packed.append((tuple(weight.shape), rows))
+        return packed_float_product(weight, rows)
+
+    monkeypatch.setattr(fast_decode, "packed_float_product", counting)
+    config = CONFIGS["gqa"]
+    FastDecoder(_model(config).requires_grad_(False), 1)
+    FastDecoder(_model(config), 1, rows_per_call=5)
+    assert packed == []
+    model = _model(config).requires_grad_(False)
+    decoder = FastDecoder(model, 1, rows_per_call=5)
+    C, D = config.n_embed, config.dim_per_head
+    qkv = ((config.n_head + 2 * config.kv_heads) * D, C)
+    per_block = [qkv, (C, config.n_head * D), (2 * model.blocks[0].mlp.up.out_features, C),
+                 (C, model.blocks[0].mlp.up.out_features)]
+    assert packed == [(shape, 5) for shape in per_block * config.n_blocks + [(config.vocab_size, C)]]
+    ids = torch.randint(0, config.vocab_size, (1, 9), generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        reference = model.logits(model.forward_hidden(ids))
+        got = torch.cat([decoder.extend(ids[:, :4], last_only=False), decoder.extend(ids[:, 4:], last_only=False)], 1)
+    torch.testing.assert_close(got, reference, atol=1e-5, rtol=1e-5)

@@ -78,6 +78,17 @@ def test_speculative_draft_gives_the_greedy_target_text(run_dir: Path, capsys, t
     code, out, err = _generate(capsys, *common, "--draft", str(draft))
     assert code == 0, err
     assert out == plain[1] and "acceptance" in err
+    for k in ("1", "7"):  # any number of draft tokens per round: the same text
+        code, out, err = _generate(capsys, *common, "--draft", str(draft), "--draft-tokens", k)
+        assert code == 0 and out == plain[1], err
+
+
+def test_draft_tokens_without_a_draft_or_out_of_range_is_one_line(run_dir: Path, capsys) -> None:
+    common = ["--checkpoint", str(run_dir), "--prompt", "x", "--max-new-tokens", "5"]
+    code, _, err = _generate(capsys, *common, "--draft-tokens", "3")
+    assert code != 0 and "--draft-tokens needs --draft" in err and "Traceback" not in err
+    code, _, err = _generate(capsys, *common, "--draft", str(run_dir), "--draft-tokens", "0")
+    assert code == 2 and "--draft-tokens" in err and "Traceback" not in err
 
 
 def test_empty_prompt_starts_from_eot_and_long_prompts_are_cut_with_a_notice(run_dir: Path, capsys) -> None:

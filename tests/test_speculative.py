@@ -11,7 +11,7 @@ from model_variants import all_configs, modern_config
 from tinylm.errors import TinyLMError
 from tinylm.inference.engine import Engine
 from tinylm.inference.sampling import GREEDY, SamplingParams
-from tinylm.inference.speculative import SpeculativeStats, speculative_generate
+from tinylm.inference.speculative import SpeculativeDecoder, SpeculativeStats, speculative_generate
 from tinylm.models.factory import build_model
 
 
@@ -20,16 +20,29 @@ def _model(config, seed: int, std: float = 0.4) -> torch.nn.Module:
     return build_model(config.replace(init_std=std)).eval()
 
 
+@pytest.mark.parametrize("copy", ["trainable", "decodes-only"])
 @pytest.mark.parametrize(("target_name", "draft_name"), [("gqa", "mqa"), ("mla", "gqa"), ("classic", "gqa")])
-def test_greedy_speculative_equals_greedy_target(target_name: str, draft_name: str) -> None:
+def test_greedy_speculative_equals_greedy_target(target_name: str, draft_name: str, copy: str) -> None:
+    """Also on inference copies, as `tinylm generate --draft` loads them: the target's weights packed for k + 1 rows."""
     configs = all_configs()
-    target = _model(configs[target_name], 0)
-    draft = _model(configs[draft_name].replace(n_blocks=1), 1)
+    target = _model(configs[target_name], 0).requires_grad_(copy == "trainable")
+    draft = _model(configs[draft_name].replace(n_blocks=1), 1).requires_grad_(copy == "trainable")
     prompt = [3, 1, 4, 1, 5]
     expected = Engine(target).generate([prompt], 60, GREEDY)[0]  # 60 tokens: past the 32-token window
     stats = SpeculativeStats()
     assert speculative_generate(target, draft, prompt, 60, k=3, sampling=GREEDY, stats=stats) == expected
     assert stats.emitted == 60 and stats.proposed > 0
+
+
+def test_one_decoder_serves_many_prompts_as_a_fresh_one_would() -> None:
+    """SpeculativeDecoder builds both caches once; each prompt starts from empty ones (greedy and sampled)."""
+    target = _model(modern_config("gqa"), 0).requires_grad_(False)
+    draft = _model(modern_config("mqa").replace(n_blocks=1), 1).requires_grad_(False)
+    decoder = SpeculativeDecoder(target, draft, k=3)
+    sampled = SamplingParams(temperature=1.0)
+    for prompt, sampling in [([5, 6, 7], GREEDY), ([1, 2], sampled), ([9, 9, 9, 9], GREEDY), ([5, 6, 7], sampled)]:
+        fresh = speculative_generate(target, draft, prompt, 45, k=3, sampling=sampling, seed=4)
+        assert list(decoder.stream(prompt, 45, sampling, seed=4)) == fresh
 
 
 def test_a_perfect_draft_is_always_accepted() -> None:

@@ -47,6 +47,7 @@ from torch import nn
 from tinylm.inference.fast_decode_support import fast_decode_refusal
 from tinylm.inference.int8 import Int8Linear
 from tinylm.inference.packed_bf16 import can_pack, packed_linear
+from tinylm.inference.packed_float import can_pack_float, packed_float_product
 from tinylm.inference.row_products import (
     Projection,
     ResidualProjection,
@@ -72,9 +73,12 @@ def supports_fast_decode(model: nn.Module) -> bool:
     return refusal(model) is None
 
 
-def weight_product(weight: torch.Tensor) -> Projection:
-    """x -> F.linear(x, weight): through oneDNN's packed layout for bf16 CPU weights (`packed_bf16.py`), one row of a
-    float32 CPU weight as a matrix-vector product (`row_products.py`)."""
+def weight_product(weight: torch.Tensor, rows: int = 1) -> Projection:
+    """x -> F.linear(x, weight): through oneDNN's packed layout for bf16 CPU weights (`packed_bf16.py`) and for float32
+    inference weights multiplied `rows` > 1 rows a call (`packed_float.py`), one row of a float32 CPU weight as a
+    matrix-vector product (`row_products.py`)."""
+    if rows > 1 and can_pack_float(weight):
+        return packed_float_product(weight, rows)
     if can_pack(weight):
         return packed_linear(weight)
     if weight.dtype == torch.float32 and weight.device.type == "cpu":
@@ -82,7 +86,7 @@ def weight_product(weight: torch.Tensor) -> Projection:
     return partial(F.linear, weight=weight)
 
 
-def fuse_projections(linears: list[nn.Module]) -> Projection:
+def fuse_projections(linears: list[nn.Module], rows: int = 1) -> Projection:
     """One callable computing cat([l(x) for l in linears], -1) with a single matrix product.
 
     Float weights are concatenated and each layer's weight becomes a view of its rows, so the model
@@ -90,13 +94,14 @@ def fuse_projections(linears: list[nn.Module]) -> Projection:
     layers concatenate their int8 rows and scales.
     """
     if all(type(lin) is nn.Linear and lin.bias is None for lin in linears):
+        inference_copy = decodes_only(linears[0].weight)  # (asked of the model's weight: `fused` has no gradient)
         with torch.inference_mode(False), torch.no_grad():  # ordinary tensors: the model stays trainable
             fused = torch.cat([lin.weight.detach() for lin in linears])
-            if decodes_only(linears[0].weight):  # an inference copy: column-major, faster to stream (row_products.py)
+            if inference_copy:  # column-major, faster to stream (row_products.py)
                 fused = column_major(fused)
-            for lin, rows in zip(linears, fused.split([lin.out_features for lin in linears]), strict=True):
-                lin.weight.data = rows
-        return weight_product(fused)
+            for lin, part in zip(linears, fused.split([lin.out_features for lin in linears]), strict=True):
+                lin.weight.data = part
+        return weight_product(fused, rows if inference_copy else 1)  # a trainable model's weights are never packed
     if all(isinstance(lin, Int8Linear) and lin.bias is None for lin in linears):
         qweight = torch.cat([lin.qweight for lin in linears])
         scale = torch.cat([lin.scale for lin in linears])
@@ -104,7 +109,7 @@ def fuse_projections(linears: list[nn.Module]) -> Projection:
     return lambda x: torch.cat([lin(x) for lin in linears], dim=-1)
 
 
-def residual_projection(linear: nn.Module) -> ResidualProjection:
+def residual_projection(linear: nn.Module, rows: int = 1) -> ResidualProjection:
     """(x, y) -> x + linear(y) for rows x [N, out], y [N, in]; one `addmm` for a plain float32 Linear (`addmv` for one
     row on a CPU, `row_products.py`).
 
@@ -114,6 +119,9 @@ def residual_projection(linear: nn.Module) -> ResidualProjection:
     if type(linear) is not nn.Linear or linear.bias is not None:
         return lambda x, y: x + linear(y)
     lay_out_for_decoding(linear)
+    if rows > 1 and can_pack_float(linear.weight):
+        packed = packed_float_product(linear.weight, rows)
+        return lambda x, y: x + packed(y)
     if linear.weight.dtype == torch.float32:
         if linear.weight.device.type == "cpu":
             return float_residual_product(linear.weight)
@@ -161,13 +169,13 @@ def rotation_table(cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 class _FusedBlock:
     """One decoder block's weights, arranged for `FastDecoder`."""
 
-    def __init__(self, block: nn.Module) -> None:
+    def __init__(self, block: nn.Module, rows: int = 1) -> None:
         attn = block.attn
         parts = [attn.q_proj, attn.k_proj, attn.v_proj]
         if attn.gate_proj is not None:
             parts.append(attn.gate_proj)
-        self.qkv = fuse_projections(parts)
-        self.add_o_proj = residual_projection(attn.o_proj)
+        self.qkv = fuse_projections(parts, rows)
+        self.add_o_proj = residual_projection(attn.o_proj, rows)
         self.attn_norm, self.mlp_norm = block.attn_norm.weight, block.mlp_norm.weight
         # the model's own QK-norm weights, not a copy: an optimizer step between two calls updates them in place
         self.q_norm: torch.Tensor | None = None if attn.q_norm is None else attn.q_norm.weight
@@ -179,8 +187,8 @@ class _FusedBlock:
         if hasattr(block.mlp, "router"):
             self.moe = block.mlp
         else:
-            self.gate_up = fuse_projections([block.mlp.up] if self.relu2 else [block.mlp.gate, block.mlp.up])
-            self.add_down = residual_projection(block.mlp.down)
+            self.gate_up = fuse_projections([block.mlp.up] if self.relu2 else [block.mlp.gate, block.mlp.up], rows)
+            self.add_down = residual_projection(block.mlp.down, rows)
 
     def qk_norm_weight(self) -> torch.Tensor:
         """One weight row per head (n_head query rows, then n_kv_head key rows), from the current weights; built
@@ -197,7 +205,9 @@ class _FusedBlock:
 class FastDecoder:
     """A KV-cached runner for standard-attention modern models: `extend` tokens, get their logits."""
 
-    def __init__(self, model: nn.Module, batch_size: int, capacity: int | None = None) -> None:
+    def __init__(self, model: nn.Module, batch_size: int, capacity: int | None = None, rows_per_call: int = 1) -> None:
+        """`rows_per_call`: how many tokens a typical `extend` brings (speculative decoding's verifier: k + 1); above
+        one, float32 inference weights are packed for that many rows (`packed_float.py`)."""
         reason = refusal(model)
         if reason is not None:
             raise ValueError(f"FastDecoder cannot decode this model: {reason}")
@@ -208,11 +218,16 @@ class FastDecoder:
         self.n_embed, self.eps, self.window = c.n_embed, c.norm_eps, c.sliding_window
         self.eps_tensor = torch.tensor(c.norm_eps, dtype=torch.float32, device=self.device)
         self.batch_size, self.capacity = batch_size, capacity or c.context_length
-        self.blocks = [_FusedBlock(block) for block in model.blocks]
+        self.blocks = [_FusedBlock(block, rows_per_call) for block in model.blocks]
         self.final_norm = model.norm.weight
         head = model.lm_head
         plain_head = type(head) is nn.Linear and head.bias is None
-        self.lm_head: Projection = weight_product(self._head_weight(head, weight)) if plain_head else head.forward
+        if plain_head and rows_per_call > 1 and can_pack_float(head.weight):  # packed from the weight as it is
+            self.lm_head: Projection = packed_float_product(head.weight, rows_per_call)
+        elif plain_head:
+            self.lm_head = weight_product(self._head_weight(head, weight))
+        else:
+            self.lm_head = head.forward
         self.softcap = c.logit_softcap
         self._allocate()
         self.rotation: torch.Tensor | None = None  # one-token RoPE as a matrix product, when the table is small

@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import torch
 
+from tinylm.inference.packed_float import onednn_linear_available
 from tinylm.inference.row_kernel import bf16_row_kernel
 
 
@@ -44,8 +45,7 @@ def can_pack(weight: torch.Tensor) -> bool:
 def cpu_packs_bf16() -> bool:
     """oneDNN packs bf16 weights only on CPUs with its bf16 instructions (AVX512-BW/VL/DQ or AVX-NE-CONVERT): an
     AVX2-only CPU (many AMD EPYCs, most laptops) refuses the reorder, and its weights stay plain."""
-    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+    if not onednn_linear_available():
         return False
     probe = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
     return bool(probe()) if probe is not None else True

@@ -118,7 +118,10 @@ def runner_choice(model: nn.Module, use_cache: bool = True, fast: bool = True) -
 
 
 def make_runner(model: nn.Module, batch_size: int, capacity: int | None = None, use_cache: bool = True,
-                fast: bool = True) -> Runner:
-    """The fastest runner the model supports (or the uncached reference when use_cache=False)."""
+                fast: bool = True, rows_per_call: int = 1) -> Runner:
+    """The fastest runner the model supports (or the uncached reference when use_cache=False). `rows_per_call`:
+    the tokens a typical `extend` brings, which the fast decoder lays its weights out for (`packed_float.py`)."""
     factory, _ = runner_choice(model, use_cache, fast)
+    if factory is FastDecoder:
+        return FastDecoder(model, batch_size, capacity, rows_per_call)
     return factory(model, batch_size, capacity)

@@ -32,7 +32,7 @@ from tinylm.errors import TinyLMError
 from tinylm.inference.engine import Engine
 from tinylm.inference.loading import chat_format_of, eot_id, load_for_generation
 from tinylm.inference.sampling import SamplingParams
-from tinylm.inference.speculative import SpeculativeStats, speculative_stream
+from tinylm.inference.speculative import DRAFT_TOKENS, SpeculativeDecoder, SpeculativeStats
 from tinylm.inference.streaming import TextStream
 from tinylm.inference.tool_loop import run_with_tools
 from tinylm.options import CHECKPOINT, INT8, MAX_NEW_TOKENS, SEED, SYSTEM, TEMPERATURE, THREADS, TOOLS, TOP_K, TOP_P
@@ -66,6 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--prompt-file", default=None, metavar="F", help="read the prompt from a UTF-8 file")
     parser.add_argument("--draft", default=None, metavar="RUN",
                         help="a small model with the same tokenizer for speculative decoding")
+    parser.add_argument("--draft-tokens", type=option_types.bounded_int(1, 16), default=None, metavar="K",
+                        help=f"with --draft: tokens the draft proposes per target pass (default {DRAFT_TOKENS})")
     parser.add_argument("--chat", action="store_true",
                         help="the prompt is a user message to a chat model (its chat template); the reply ends "
                              "at the end of its turn")
@@ -147,18 +149,19 @@ def _read_prompt(args: argparse.Namespace) -> str:
         raise TinyLMError(f"prompt file {path} is not UTF-8 text") from None
 
 
-def _tokens(engine: Engine, draft: Any, ids: list[int], limit: int, sampling: SamplingParams, seed: int,
-            stops: list[int], stats: SpeculativeStats, fresh: bool) -> Iterator[int]:
+def _tokens(engine: Engine, speculator: SpeculativeDecoder | None, ids: list[int], limit: int,
+            sampling: SamplingParams, seed: int, stops: list[int], stats: SpeculativeStats, fresh: bool
+            ) -> Iterator[int]:
     """One sample's new tokens (at most `limit`). A new document (`fresh`: no prompt) cannot end before its first
     token: end-of-text follows end-of-text often enough in training that most seeds would print nothing."""
     first = min(int(fresh), limit)
-    if draft is None:
+    if speculator is None:
         yield from engine.stream(ids, limit, sampling, seed=seed, stop_ids=stops, min_new_tokens=first)
         return
     opening = list(engine.stream(ids, first, sampling, seed=seed, stop_ids=stops, min_new_tokens=first))
     yield from opening  # speculative decoding goes on from the document's first token
-    yield from speculative_stream(engine.model, draft, ids + opening, limit - len(opening), sampling=sampling,
-                                  seed=seed, stop_ids=stops, stats=stats)
+    yield from speculator.stream(ids + opening, limit - len(opening), sampling=sampling, seed=seed, stop_ids=stops,
+                                 stats=stats)
 
 
 def _write(text: str) -> None:
@@ -200,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
     use_threads(args.threads)
     model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8)
     draft = None
+    if args.draft_tokens is not None and args.draft is None:
+        raise TinyLMError("--draft-tokens needs --draft: it is how many tokens the draft proposes per round")
     if args.draft is not None:
         draft, draft_tokenizer, _ = load_for_generation(args.draft, int8=args.int8)
         check_same_tokenizer(tokenizer, draft_tokenizer, args.draft)
@@ -223,13 +228,14 @@ def run(args: argparse.Namespace) -> int:
     engine = Engine(model)
     started, total = time.perf_counter(), 0
     stats = SpeculativeStats()
+    speculator = None if draft is None else SpeculativeDecoder(model, draft, args.draft_tokens or DRAFT_TOKENS)
     for sample in range(args.num_samples):
         if args.num_samples > 1:
             _write(f"{'' if sample == 0 else chr(10)}--- sample {sample + 1} ---\n")
         _write(text)
         stream = TextStream(tokenizer)
         seed = args.seed + sample
-        for token in _tokens(engine, draft, ids, args.max_new_tokens, sampling, seed, stops, stats, fresh):
+        for token in _tokens(engine, speculator, ids, args.max_new_tokens, sampling, seed, stops, stats, fresh):
             _write(stream.push(token))
             total += 1
         _write(stream.flush() + "\n")
