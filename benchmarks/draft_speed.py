@@ -57,13 +57,19 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4, help="draft tokens per round")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--unpacked-verifier", action="store_true",
+                        help="also decode each draft with the target's weights as for one row a call (the verifier "
+                             "before packed_float.py), in the same run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     target, _, meta = load_for_generation(args.target)
     drafts = {}
     for item in args.draft:
         name, _, path = item.partition("=")
-        drafts[name] = SpeculativeDecoder(target, load_for_generation(path)[0], args.k)  # built once, as generate
+        model = load_for_generation(path)[0]
+        drafts[name] = SpeculativeDecoder(target, model, args.k)  # built once, as generate does
+        if args.unpacked_verifier:
+            drafts[f"{name}, unpacked verifier"] = SpeculativeDecoder(target, model, args.k, packed_verifier=False)
     engine = Engine(target)
     prompts = dev_prompts(args.target, args.prompts, args.prompt_tokens)
     reference = [decode(engine, None, p, args.new_tokens)[0] for p in prompts]  # also the warm-up

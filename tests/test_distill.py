@@ -362,13 +362,16 @@ def test_the_draft_benchmark_decodes_as_generate_does_and_prints_one_json(
     run_training(distill_config(draft, max_steps=2, eval_every=0), stage=DistillStage())
     monkeypatch.setattr(sys, "argv", ["draft_speed.py", "--target", str(teacher_run()), "--draft",
                                       f"itself={teacher_run()}", "--draft", f"student={draft}", "--prompts", "2",
-                                      "--prompt-tokens", "8", "--new-tokens", "12", "--repeats", "1"])
+                                      "--prompt-tokens", "8", "--new-tokens", "12", "--repeats", "1",
+                                      "--unpacked-verifier"])
     draft_speed.main()
     report = json.loads(capsys.readouterr().out)
     itself, student = report["drafts"]["itself"], report["drafts"]["student"]
     assert itself["acceptance_rate"] == 1.0 and itself["identical_greedy_output"]
     assert student["identical_greedy_output"] and student["acceptance_rate"] < 1.0
     assert report["target_tokens_per_s"] > 0 and student["speedup"] > 0
+    unpacked = report["drafts"]["student, unpacked verifier"]  # the same rounds, the target laid out for one row
+    assert unpacked["acceptance_rate"] == student["acceptance_rate"] and unpacked["identical_greedy_output"]
 
 
 @pytest.mark.slow  # four processes, each measuring nothing but still importing torch: about 15 s

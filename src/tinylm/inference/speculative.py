@@ -56,7 +56,10 @@ class SpeculativeDecoder:
     a call, `packed_float.py`): tens of milliseconds at `small`, a tenth of a 128-token answer.
     """
 
-    def __init__(self, target: nn.Module, draft: nn.Module, k: int = DRAFT_TOKENS) -> None:
+    def __init__(self, target: nn.Module, draft: nn.Module, k: int = DRAFT_TOKENS, packed_verifier: bool = True
+                 ) -> None:
+        """`packed_verifier=False`: the target decodes as for one row a call (the before of packed_float.py's
+        measurement; the same tokens, slower)."""
         if target.config.vocab_size != draft.config.vocab_size:
             raise TinyLMError(f"draft vocabulary ({draft.config.vocab_size}) differs from the target's "
                               f"({target.config.vocab_size}): they must share a tokenizer")
@@ -67,7 +70,7 @@ class SpeculativeDecoder:
         self.device = next(target.parameters()).device
         with torch.inference_mode():
             # the target reads k + 1 tokens a round: its weights are laid out for that many rows
-            self.t_run = make_runner(target, 1, self.window, rows_per_call=k + 1)
+            self.t_run = make_runner(target, 1, self.window, rows_per_call=k + 1 if packed_verifier else 1)
             self.d_run = make_runner(draft, 1, self.window)
 
     def stream(
