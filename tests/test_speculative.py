@@ -34,6 +34,20 @@ def test_greedy_speculative_equals_greedy_target(target_name: str, draft_name: s
     assert stats.emitted == 60 and stats.proposed > 0
 
 
+@pytest.mark.parametrize(("target_context", "draft_context"), [(32, 12), (32, 5), (16, 32)])
+def test_a_draft_with_another_context_length_still_gives_the_targets_own_text(target_context: int,
+                                                                              draft_context: int) -> None:
+    """Each model keeps its own window: the target's as the engine keeps it (a draft with a shorter one used to cut
+    the target's context to the draft's, changing its text), the draft's re-encoded from its last half."""
+    target = _model(modern_config("gqa").replace(context_length=target_context), 0).requires_grad_(False)
+    draft = _model(modern_config("mqa").replace(n_blocks=1, context_length=draft_context), 1).requires_grad_(False)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    expected = Engine(target).generate([prompt], 70, GREEDY)[0]
+    stats = SpeculativeStats()
+    assert speculative_generate(target, draft, prompt, 70, k=4, sampling=GREEDY, stats=stats) == expected
+    assert stats.proposed > 0
+
+
 def test_one_decoder_serves_many_prompts_as_a_fresh_one_would() -> None:
     """SpeculativeDecoder builds both caches once; each prompt starts from empty ones (greedy and sampled)."""
     target = _model(modern_config("gqa"), 0).requires_grad_(False)

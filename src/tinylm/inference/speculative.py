@@ -66,12 +66,14 @@ class SpeculativeDecoder:
         if k < 1:
             raise ValueError(f"k (draft tokens per round) must be >= 1, got {k}")
         self.target, self.draft, self.k = target, draft, k
-        self.window = min(target.config.context_length, draft.config.context_length)
+        # each model keeps its own context: the target's is the engine's (so greedy output is the target's own);
+        # the draft's only shapes its guesses, and is re-encoded from its last half whenever a round would overflow it
+        self.window, self.d_window = target.config.context_length, draft.config.context_length
         self.device = next(target.parameters()).device
         with torch.inference_mode():
             # the target reads k + 1 tokens a round: its weights are laid out for that many rows
             self.t_run = make_runner(target, 1, self.window, rows_per_call=k + 1 if packed_verifier else 1)
-            self.d_run = make_runner(draft, 1, self.window)
+            self.d_run = make_runner(draft, 1, self.d_window)
 
     def stream(
         self,
@@ -89,6 +91,7 @@ class SpeculativeDecoder:
         stats = stats if stats is not None else SpeculativeStats()
         stops, window, device = set(stop_ids), self.window, self.device
         keep = max(1, window // 2)
+        d_keep = max(1, min(self.d_window // 2, self.d_window - self.k))  # room left for a round's drafts
         generator = torch.Generator(device=device).manual_seed(seed)
         with torch.inference_mode():
             self.target.eval()
@@ -96,7 +99,7 @@ class SpeculativeDecoder:
             self.t_run.reset()
             self.d_run.reset()
             seq = list(prompt)[-window:]
-            start = t_fed = d_fed = 0  # context start and tokens of `seq` each model has consumed
+            start = t_fed = d_start = d_fed = 0  # each model's context start and the tokens of `seq` it has read
             seen = None
             if sampling.needs_history:
                 seen = torch.zeros(1, self.target.config.vocab_size, dtype=torch.bool, device=device)
@@ -104,12 +107,14 @@ class SpeculativeDecoder:
             produced = 0
             while produced < max_new_tokens:
                 if len(seq) - start > window:  # the engine's rule: re-encode the last `keep` tokens afresh
-                    start = t_fed = d_fed = len(seq) - keep
+                    start = t_fed = len(seq) - keep
                     self.t_run.reset()
-                    self.d_run.reset()
                 # every position of this round must see the same context start, as in plain decoding
-                n_draft = min(self.k, max_new_tokens - produced - 1, window - (len(seq) - start))
+                n_draft = min(self.k, max_new_tokens - produced - 1, window - (len(seq) - start), self.d_window)
                 base = len(seq)
+                if base + n_draft - 1 - d_start > self.d_window:  # the draft would overflow its own context
+                    d_start = d_fed = base - d_keep
+                    self.d_run.reset()
                 # 1. the draft proposes n_draft tokens, one cheap step each
                 drafts, q_rows = self._propose(seq[d_fed:], n_draft, sampling, seen, generator)
                 if n_draft:
@@ -124,7 +129,7 @@ class SpeculativeDecoder:
                 self.t_run.truncate(t_fed - start)
                 if n_draft:
                     d_fed = min(d_fed, base + accepted)
-                    self.d_run.truncate(d_fed - start)
+                    self.d_run.truncate(d_fed - d_start)
                 stats.rounds += 1
                 stats.proposed += len(drafts)
                 stats.accepted += accepted
