@@ -26,6 +26,9 @@ with fewer operations:
   command's strict MKL mode a one-row GEMM costs up to 1.7x a GEMV (`row_products.py`).
 - bf16 weights (an inference copy) go through oneDNN's packed layout, up to 2x faster per product
   at batch 1 with the same outputs (`packed_bf16.py`); that costs a second copy of them.
+- A decoder built for several rows a call (`rows_per_call`: speculative decoding's verifier) packs an
+  inference copy's float32 weights for oneDNN too: five rows then cost 1.1x one, where MKL's GEMM
+  took 2-3x (`packed_float.py`).
 - Norms are single `F.rms_norm` calls, except for one row (batch-1 decoding), where that composite
   op costs 7-9 us of dispatch for a few hundred numbers: there the mean square is one 1x1 `addmm`
   (x x^T / D + eps, in float32) and the norm three kernels in all (`FastDecoder.norm`), 4 us (five
