@@ -80,7 +80,7 @@ def weight_product(weight: torch.Tensor, rows: int = 1) -> Projection:
     """x -> F.linear(x, weight): through oneDNN's packed layout for bf16 CPU weights (`packed_bf16.py`) and for float32
     inference weights multiplied `rows` > 1 rows a call (`packed_float.py`), one row of a float32 CPU weight as a
     matrix-vector product (`row_products.py`)."""
-    if rows > 1 and can_pack_float(weight):
+    if can_pack_float(weight, rows):
         return packed_float_product(weight, rows)
     if can_pack(weight):
         return packed_linear(weight)
@@ -122,14 +122,12 @@ def residual_projection(linear: nn.Module, rows: int = 1) -> ResidualProjection:
     if type(linear) is not nn.Linear or linear.bias is not None:
         return lambda x, y: x + linear(y)
     lay_out_for_decoding(linear)
-    if rows > 1 and can_pack_float(linear.weight):
-        packed = packed_float_product(linear.weight, rows)
-        return lambda x, y: x + packed(y)
-    if linear.weight.dtype == torch.float32:
+    packs = can_pack_float(linear.weight, rows)  # several rows: `weight_product`'s packed copy
+    if linear.weight.dtype == torch.float32 and not packs:
         if linear.weight.device.type == "cpu":
             return float_residual_product(linear.weight)
         return partial(torch.addmm, mat2=linear.weight.t())
-    product = weight_product(linear.weight)
+    product = weight_product(linear.weight, rows)
     return lambda x, y: x + product(y)
 
 
@@ -225,12 +223,8 @@ class FastDecoder:
         self.final_norm = model.norm.weight
         head = model.lm_head
         plain_head = type(head) is nn.Linear and head.bias is None
-        if plain_head and rows_per_call > 1 and can_pack_float(head.weight):  # packed from the weight as it is
-            self.lm_head: Projection = packed_float_product(head.weight, rows_per_call)
-        elif plain_head:
-            self.lm_head = weight_product(self._head_weight(head, weight))
-        else:
-            self.lm_head = head.forward
+        self.lm_head: Projection = (weight_product(self._head_weight(head, weight, rows_per_call), rows_per_call)
+                                    if plain_head else head.forward)
         self.softcap = c.logit_softcap
         self._allocate()
         self.rotation: torch.Tensor | None = None  # one-token RoPE as a matrix product, when the table is small
@@ -239,9 +233,12 @@ class FastDecoder:
             self.rotation = rotation_table(cos[0, 0], sin[0, 0])
 
     @staticmethod
-    def _head_weight(head: nn.Linear, embedding: torch.Tensor) -> torch.Tensor:
+    def _head_weight(head: nn.Linear, embedding: torch.Tensor, rows: int) -> torch.Tensor:
         """The head's weight, column-major for an inference copy (`row_products.py`): its own, or, tied to the
-        embedding table (which is read by rows), a column-major copy, the largest matrix read twice as fast."""
+        embedding table (which is read by rows), a column-major copy, the largest matrix read twice as fast. For
+        several rows a call, an inference copy's weight as it is: `weight_product` packs a copy of it."""
+        if can_pack_float(head.weight, rows):
+            return head.weight
         if head.weight is not embedding:
             lay_out_for_decoding(head)
             return head.weight

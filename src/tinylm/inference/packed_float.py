@@ -39,9 +39,9 @@ def onednn_linear_available() -> bool:
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
 
 
-def can_pack_float(weight: torch.Tensor) -> bool:
-    """A float32 CPU inference weight (no gradient) and oneDNN's linear ops to pack it for."""
-    return decodes_only(weight) and onednn_linear_available()
+def can_pack_float(weight: torch.Tensor, rows: int) -> bool:
+    """Several rows a call, a float32 CPU inference weight (no gradient) and oneDNN's linear ops to pack it for."""
+    return rows > 1 and decodes_only(weight) and onednn_linear_available()
 
 
 def packed_float_product(weight: torch.Tensor, rows: int) -> Projection:
