@@ -198,13 +198,13 @@ def run(args: argparse.Namespace) -> int:
     import torch  # noqa: F401 - imported here so `tinylm --help` stays instant
 
 
+    if args.draft_tokens is not None and args.draft is None:
+        raise TinyLMError("--draft-tokens needs --draft: it is how many tokens the draft proposes per round")
     sampling = sampling_params(args)
     text = _read_prompt(args)
     use_threads(args.threads)
     model, tokenizer, meta = load_for_generation(args.checkpoint, int8=args.int8)
     draft = None
-    if args.draft_tokens is not None and args.draft is None:
-        raise TinyLMError("--draft-tokens needs --draft: it is how many tokens the draft proposes per round")
     if args.draft is not None:
         draft, draft_tokenizer, _ = load_for_generation(args.draft, int8=args.int8)
         check_same_tokenizer(tokenizer, draft_tokenizer, args.draft)
