@@ -21,7 +21,7 @@ import torch
 from tinylm.bench.decode import decode_tokens_per_s, hf_decode_tokens_per_s
 from tinylm.inference.int8 import linear_weight_bytes, quantize_int8
 from tinylm.inference.sampling import GREEDY
-from tinylm.inference.speculative import SpeculativeStats, speculative_generate
+from tinylm.inference.speculative import SpeculativeDecoder, SpeculativeStats
 from tinylm.models.factory import build_model
 from tinylm.presets import preset_config
 
@@ -80,18 +80,19 @@ def speculative_figures(new_tokens: int, k: int) -> dict:
     With random weights the residual stream is dominated by the embedding, so the shallow draft agrees
     with the target often; with trained models acceptance depends on how well the draft learned.
     """
-    target = _model("small")
-    draft = build_model(target.config.replace(n_blocks=1)).eval()
+    target = _model("small").requires_grad_(False)  # inference weights, as `tinylm generate` loads them
+    draft = build_model(target.config.replace(n_blocks=1)).eval().requires_grad_(False)
     draft.load_state_dict({k: v for k, v in target.state_dict().items()
                            if not k.startswith("blocks.") or k.startswith("blocks.0.")})
     prompt = [1, 2, 3, 4, 5, 6, 7, 8]
     result = {"target": "small (8 blocks)", "draft": "small's first block", "k": k, "new_tokens": new_tokens}
     plain = decode_tokens_per_s(target, new_tokens, repeats=2)
+    decoder = SpeculativeDecoder(target, draft, k)  # built once, outside the timing, as `generate` builds it
     for name, params in (("greedy", GREEDY),):
         stats = SpeculativeStats()
-        speculative_generate(target, draft, prompt, 16, k=k, sampling=params)  # warm-up
+        list(decoder.stream(prompt, 16, sampling=params))  # warm-up
         start = time.perf_counter()
-        speculative_generate(target, draft, prompt, new_tokens, k=k, sampling=params, stats=stats)
+        list(decoder.stream(prompt, new_tokens, sampling=params, stats=stats))
         speed = new_tokens / (time.perf_counter() - start)
         result[name] = {"acceptance_rate": round(stats.acceptance_rate, 3),
                         "tokens_per_target_pass": round(stats.tokens_per_target_pass, 2),

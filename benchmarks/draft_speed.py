@@ -3,7 +3,7 @@
     python benchmarks/draft_speed.py --target runs/small --draft plain=runs/draft --draft distilled=runs/draft-kd
 
 Decodes greedily at batch 1 the way `tinylm generate` does (the same loading, precision policy and engine:
-`Engine.stream` alone, `speculative_stream` with a draft) from prompts cut from the target's dev shard, and
+`Engine.stream` alone, a `SpeculativeDecoder` built once per draft) from prompts cut from the target's dev shard, and
 prints one JSON object: per draft, its acceptance rate, tokens per target forward, tokens/s, the speed-up over
 the target alone (measured in the same run, the runs alternating, best of --repeats) and whether every
 greedy continuation is token-identical to the target's own.

@@ -93,14 +93,15 @@ def fuse_projections(linears: list[nn.Module], rows: int = 1) -> Projection:
     """One callable computing cat([l(x) for l in linears], -1) with a single matrix product.
 
     Float weights are concatenated and each layer's weight becomes a view of its rows, so the model
-    and the fused matrix share memory (bf16 ones are then packed, a copy: `weight_product`). Int8
-    layers concatenate their int8 rows and scales.
+    and the fused matrix share memory (bf16 ones, and an inference copy's float32 ones for several rows,
+    are then packed, a copy: `weight_product`). Int8 layers concatenate their int8 rows and scales.
     """
     if all(type(lin) is nn.Linear and lin.bias is None for lin in linears):
         inference_copy = decodes_only(linears[0].weight)  # (asked of the model's weight: `fused` has no gradient)
+        packs = can_pack_float(linears[0].weight, rows)  # then oneDNN's copy is read, not a column-major one
         with torch.inference_mode(False), torch.no_grad():  # ordinary tensors: the model stays trainable
             fused = torch.cat([lin.weight.detach() for lin in linears])
-            if inference_copy:  # column-major, faster to stream (row_products.py)
+            if inference_copy and not packs:  # column-major, faster to stream (row_products.py)
                 fused = column_major(fused)
             for lin, part in zip(linears, fused.split([lin.out_features for lin in linears]), strict=True):
                 lin.weight.data = part
@@ -117,12 +118,14 @@ def residual_projection(linear: nn.Module, rows: int = 1) -> ResidualProjection:
     row on a CPU, `row_products.py`).
 
     The transposed weight is a view taken once: the model's own weight, updated in place by training.
-    (A bf16 `addmm` measured slower than its product and add apart; bf16 goes through `weight_product`.)
+    (A bf16 `addmm` measured slower than its product and add apart; bf16, and an inference copy's float32
+    for several rows, go through `weight_product`'s packed copy.)
     """
     if type(linear) is not nn.Linear or linear.bias is not None:
         return lambda x, y: x + linear(y)
-    lay_out_for_decoding(linear)
     packs = can_pack_float(linear.weight, rows)  # several rows: `weight_product`'s packed copy
+    if not packs:
+        lay_out_for_decoding(linear)
     if linear.weight.dtype == torch.float32 and not packs:
         if linear.weight.device.type == "cpu":
             return float_residual_product(linear.weight)

@@ -13,7 +13,7 @@ with outputs equal to `F.linear`'s (tests/test_engine.py). The packed weight is 
 layout nothing else reads: a snapshot. In tinylm bf16 *weights* exist only in inference copies
 (training keeps float32 master weights under autocast, and `decode_precision` casts a copy), so the
 snapshot cannot go stale; float32 weights, which a rollout decoder shares with a model being trained,
-are never packed.
+are packed only for a verifier's several rows, and only an inference copy's (`packed_float.py`).
 
 One row is the exception. PyTorch has its own bf16 matrix-vector kernel (fp32 sums, one rounding:
 the same numbers as `F.linear`, bit for bit), but a bf16 `mv` reaches it only while oneDNN is

@@ -18,7 +18,9 @@ At `small` (float32, one thread) a verifier pass of 5 tokens fell from 12.2 ms, 
 
 It is a second copy of the weights, in a layout nothing else reads, made when the decoder is built:
 only a decoder asked for several rows a call (`FastDecoder(rows_per_call > 1)`) makes one, and only
-of an inference copy (`decodes_only`), whose weights nothing updates, so the copy cannot go stale.
+of an inference copy (`decodes_only`: no gradient), whose weights tinylm never updates: a decoder is
+built after the weights it reads are final, and one built before an in-place change (a `load_state_dict`
+into the same model) would go on reading the old copy, so build a new one.
 Every call goes through it, one row too (a verifier pass with no drafts left): which kernel runs
 then never depends on a measurement, so the same command gives the same numbers.
 """

@@ -158,7 +158,8 @@ def _tokens(engine: Engine, speculator: SpeculativeDecoder | None, ids: list[int
     if speculator is None:
         yield from engine.stream(ids, limit, sampling, seed=seed, stop_ids=stops, min_new_tokens=first)
         return
-    opening = list(engine.stream(ids, first, sampling, seed=seed, stop_ids=stops, min_new_tokens=first))
+    opening = (list(engine.stream(ids, first, sampling, seed=seed, stop_ids=stops, min_new_tokens=first))
+               if first else [])  # a prompt: no opening token, and no prefill the speculator then repeats
     yield from opening  # speculative decoding goes on from the document's first token
     yield from speculator.stream(ids + opening, limit - len(opening), sampling=sampling, seed=seed, stop_ids=stops,
                                  stats=stats)
