@@ -72,6 +72,8 @@ def main() -> None:
     parser.add_argument("--extend-lr", type=float, default=0.012, help="the extension's AdamW lr (0: pretraining's)")
     parser.add_argument("--extend-muon-lr", type=float, default=0.004,
                         help="the extension's Muon lr (0: pretraining's)")
+    parser.add_argument("--rope-theta", type=float, default=None,
+                        help="the extension also raises RoPE's base to this (Code Llama's adjusted base frequency)")
     parser.add_argument("--tag", default="", help="appended to the extended runs' folder names")
     parser.add_argument("--examples", type=int, default=100, help="passkey prompts per length (five depths)")
     args = parser.parse_args()
@@ -84,7 +86,8 @@ def main() -> None:
         extend_rows = ["--long-documents", "--document-ends"]
         tinylm("prepare", "--corpus", f"{corpus}+passkey:{args.extend_passkey}:1024{':far' if args.far else ''}",
                "--tokenizer", str(data / "tokenizer.json"), "--out", str(extend_data), "--no-progress")
-    extend_rows += [*(["--lr", str(args.extend_lr)] if args.extend_lr else []),
+    extend_rows += [*(["--set", f"rope_theta={args.rope_theta:g}"] if args.rope_theta else []),
+                    *(["--lr", str(args.extend_lr)] if args.extend_lr else []),
                     *(["--muon-lr", str(args.extend_muon_lr)] if args.extend_muon_lr else [])]
     results = args.out / "results.jsonl"  # one line per scored run: several instances may share a folder
     for seed in args.seeds:
@@ -114,7 +117,7 @@ def main() -> None:
     print(json.dumps({"base_steps": args.base_steps, "extend_steps": args.extend_steps,
                       "extend_batch": args.extend_batch, "long_documents": args.long_documents,
                       "extend_passkey": args.extend_passkey, "far": args.far,
-                      "extend_lr": args.extend_lr, "extend_muon_lr": args.extend_muon_lr,
+                      "rope_theta": args.rope_theta, "extend_lr": args.extend_lr, "extend_muon_lr": args.extend_muon_lr,
                       "seeds": sorted({s for by_seed in runs.values() for s in by_seed}), "runs": runs,
                       "table": table}, indent=1))
 

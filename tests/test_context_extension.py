@@ -17,6 +17,7 @@ from tinylm.checkpoint import checkpoint_model_config, list_checkpoints, load_mo
 from tinylm.cli.main import main
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
+from tinylm.models.factory import build_model
 from tinylm.stages.pretrain import pretrain
 from tinylm.stages.pretrain.extend import extended_config
 
@@ -126,6 +127,17 @@ def test_without_a_rule_the_run_is_plain_rope_and_says_so() -> None:
     twice, _ = extended_config(extended_config(base, {"context_length": 64, "rope_scaling": "linear"})[0],
                                {"context_length": 128, "rope_factor": 4.0})
     assert (twice.rope_original_context, twice.rope_factor) == (32, 4.0)  # the first training length stays
+
+
+def test_a_raised_base_is_plain_rope_on_a_new_theta_and_says_so() -> None:
+    """Code Llama's adjusted base frequency: --extend may change rope_theta, and the model's tables use it."""
+    base = ModelConfig(vocab_size=97, context_length=32, n_embed=32, n_head=2)
+    extended, notes = extended_config(base, {"context_length": 128, "rope_theta": 1_000_000.0})
+    assert (extended.rope_scaling, extended.rope_theta, extended.rope_original_context) == ("none", 1e6, 32)
+    assert notes == ["rope_theta 10000 -> 1e+06: plain RoPE on a raised base (Code Llama's adjusted base frequency)"]
+    rope = build_model(extended).rope
+    half = torch.arange(0, 16, 2, dtype=torch.float64) / 16
+    np.testing.assert_allclose(rope.inv_freq.double().numpy(), (1e6 ** -half).numpy(), rtol=1e-6)
 
 
 def test_documents_are_counted_by_the_rows_they_hold() -> None:

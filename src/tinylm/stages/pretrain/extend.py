@@ -2,7 +2,9 @@
 
 `tinylm train --extend RUN --set context_length=1024 --set rope_scaling=yarn` is pretraining started from
 RUN's weights (a fresh optimizer, step 0) with one thing changed: the window. Everything else about the model
-must stay the checkpoint's, so the only fields `--set` may change are the context and RoPE's scaling rule.
+must stay the checkpoint's, so the only fields `--set` may change are the context, RoPE's scaling rule and
+RoPE's base `rope_theta` (Code Llama's "adjusted base frequency": 10,000 raised to 1,000,000 for a 4x longer
+window, every pair slowed, the fast ones hardly at all).
 Unset, the rule's factor is the new context over the one the model was trained at, and that trained context
 becomes `rope_original_context` (models/modern/rope_scaling/). Without a rule the run is plain RoPE asked to
 extrapolate: the baseline every rule is measured against.
@@ -15,8 +17,9 @@ from typing import Any
 from tinylm.config import ModelConfig
 from tinylm.errors import TinyLMError
 
-CONTEXT_FIELDS = ("context_length", "rope_scaling", "rope_factor", "rope_original_context", "yarn_beta_fast",
-                  "yarn_beta_slow", "yarn_attention_factor", "llama3_low_freq_factor", "llama3_high_freq_factor")
+CONTEXT_FIELDS = ("context_length", "rope_theta", "rope_scaling", "rope_factor", "rope_original_context",
+                  "yarn_beta_fast", "yarn_beta_slow", "yarn_attention_factor", "llama3_low_freq_factor",
+                  "llama3_high_freq_factor")
 RUNTIME = ("gradient_checkpointing",)  # how the model is run, not what it computes
 
 
@@ -43,6 +46,9 @@ def extended_config(base: ModelConfig, overrides: dict[str, Any]) -> tuple[Model
             changes["rope_factor"] = target / original
             notes.append(f"rope_factor={changes['rope_factor']:g}: {target} tokens over the {original} the model "
                          "was trained at (set rope_factor to choose another)")
+    elif changes.get("rope_theta", base.rope_theta) != base.rope_theta:
+        notes.append(f"rope_theta {base.rope_theta:g} -> {changes['rope_theta']:g}: plain RoPE on a raised base "
+                     "(Code Llama's adjusted base frequency)")
     else:
         notes.append("no rope_scaling: plain RoPE asked to read positions it never saw (the baseline; "
                      "--set rope_scaling=linear|dynamic|yarn|llama3 to rescale)")
