@@ -11,7 +11,9 @@ normalize(max(0, p_j - q_j)); if all k are accepted, one bonus token comes from 
 accept/reject rule makes every emitted token distributed exactly as p (the target's), whatever the
 draft proposes: a good draft only makes it faster, a bad one only slower. With greedy decoding
 (p and q one-hot) it reduces to "accept while the draft's argmax equals the target's", so the output
-is token-identical to greedy decoding of the target alone.
+is token-identical to greedy decoding of the target alone, up to float rounding: the target scores k + 1
+positions in one product where plain decoding scores one, two kernels whose sums can differ in the last
+bit, so an exact tie between two logits could break the other way (none has in the tests or benchmarks).
 
 Rejected drafts are rolled back by truncating both KV caches. Sampling filters (temperature, top-k,
 top-p, min-p, repetition penalty) are applied to both p and q, so the output follows the target's
