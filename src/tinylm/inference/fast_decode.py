@@ -123,13 +123,12 @@ def residual_projection(linear: nn.Module, rows: int = 1) -> ResidualProjection:
     """
     if type(linear) is not nn.Linear or linear.bias is not None:
         return lambda x, y: x + linear(y)
-    packs = can_pack_float(linear.weight, rows)  # several rows: `weight_product`'s packed copy
-    if not packs:
+    if not can_pack_float(linear.weight, rows):  # several rows: `weight_product`'s packed copy instead
         lay_out_for_decoding(linear)
-    if linear.weight.dtype == torch.float32 and not packs:
-        if linear.weight.device.type == "cpu":
-            return float_residual_product(linear.weight)
-        return partial(torch.addmm, mat2=linear.weight.t())
+        if linear.weight.dtype == torch.float32:
+            if linear.weight.device.type == "cpu":
+                return float_residual_product(linear.weight)
+            return partial(torch.addmm, mat2=linear.weight.t())
     product = weight_product(linear.weight, rows)
     return lambda x, y: x + product(y)
 

@@ -198,7 +198,6 @@ def _generate_with_tools(engine: Engine, chat: Any, text: str, args: argparse.Na
 def run(args: argparse.Namespace) -> int:
     import torch  # noqa: F401 - imported here so `tinylm --help` stays instant
 
-
     if args.draft_tokens is not None and args.draft is None:
         raise TinyLMError("--draft-tokens needs --draft: it is how many tokens the draft proposes per round")
     sampling = sampling_params(args)
