@@ -61,6 +61,8 @@ def main() -> None:
     parser.add_argument("--passkey-documents", type=int, default=12_000)
     parser.add_argument("--base-steps", type=int, default=1500)
     parser.add_argument("--base-batch", type=int, default=16, help="rows of 256 tokens a pretraining step")
+    parser.add_argument("--base-lr", type=float, default=0, help="pretraining's AdamW lr (0: the record's)")
+    parser.add_argument("--base-muon-lr", type=float, default=0, help="pretraining's Muon lr (0: the record's)")
     parser.add_argument("--extend-steps", type=int, default=150)
     parser.add_argument("--extend-batch", type=int, default=4, help="rows of 1024 tokens")
     parser.add_argument("--long-documents", action="store_true", help="extend on rows inside one document")
@@ -95,7 +97,9 @@ def main() -> None:
         base = args.out / f"base-s{seed}"
         if not (base / "checkpoints").is_dir():
             tinylm("train", "--data", str(data), "--out", str(base), "--seed", str(seed), "--max-steps",
-                   str(args.base_steps), "--batch-size", str(args.base_batch), "--no-progress")
+                   str(args.base_steps), "--batch-size", str(args.base_batch), "--no-progress",
+                   *(["--lr", str(args.base_lr)] if args.base_lr else []),
+                   *(["--muon-lr", str(args.base_muon_lr)] if args.base_muon_lr else []))
         if not scored(results, "unextended", seed):
             flat = scores(base, "passkey:256,passkey:1024,bpb_positions:1024", args.examples)
             record(results, "unextended", seed, {"passkey at 256": flat["passkey:256 passkey"],
@@ -115,7 +119,8 @@ def main() -> None:
     table = {rule: {name: {"mean": statistics.mean(by_seed[s][name] for s in by_seed),
                            "min": min(by_seed[s][name] for s in by_seed), "max": max(by_seed[s][name] for s in by_seed)}
                     for name in next(iter(by_seed.values()))} for rule, by_seed in runs.items()}
-    print(json.dumps({"base_steps": args.base_steps, "base_batch": args.base_batch, "extend_steps": args.extend_steps,
+    print(json.dumps({"base_steps": args.base_steps, "base_batch": args.base_batch, "base_lr": args.base_lr,
+                      "base_muon_lr": args.base_muon_lr, "extend_steps": args.extend_steps,
                       "extend_batch": args.extend_batch, "long_documents": args.long_documents,
                       "extend_passkey": args.extend_passkey, "far": args.far,
                       "rope_theta": args.rope_theta, "extend_lr": args.extend_lr, "extend_muon_lr": args.extend_muon_lr,
