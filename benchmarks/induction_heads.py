@@ -86,6 +86,9 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=None,
                         help="snapshots in a phase-change window (default: a tenth of the run)")
     parser.add_argument("--threads", type=int, default=None, help="per run (several instances can share a machine)")
+    parser.add_argument("--depth", type=int, default=None,
+                        help="train `--depth N` (the scaling rule's model and recipe, docs/scaling.md) instead of "
+                             "`tiny` with two blocks")
     args = parser.parse_args()
     args.window = args.window or max(2, round(args.steps / 10 / args.every))
     data = args.out / "data"
@@ -95,7 +98,8 @@ def main() -> None:
     for seed in args.seeds:
         run = args.out / f"seed{seed}"
         if not (run / "checkpoints").is_dir():
-            tinylm("train", "--data", str(data), "--out", str(run), "--set", "n_blocks=2", "--seed", str(seed),
+            shape = ["--depth", str(args.depth)] if args.depth else ["--set", "n_blocks=2"]
+            tinylm("train", "--data", str(data), "--out", str(run), *shape, "--seed", str(seed),
                    "--max-steps", str(args.steps), "--snapshot-every", str(args.every), "--no-progress",
                    *(["--threads", str(args.threads)] if args.threads else []))
         curve = json.loads(tinylm("inspect", "induction", "--checkpoint", str(run), "--json"))
@@ -105,7 +109,7 @@ def main() -> None:
         curves[seed] = curve
         print(json.dumps({"seed": seed, "best_head": curve["best_head"], **curve["phase_change"]}), file=sys.stderr)
     draw(curves, args.out)
-    print(json.dumps({"steps": args.steps, "every": args.every, "window": args.window,
+    print(json.dumps({"depth": args.depth, "steps": args.steps, "every": args.every, "window": args.window,
                       "induction_floor": FLOOR * chance(SEQUENCE),
                       "appears_in": sum(c["phase_change"]["appears"] for c in curves.values()),
                       "seeds": {s: {"best_head": c["best_head"], **c["phase_change"]} for s, c in curves.items()},
