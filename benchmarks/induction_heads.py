@@ -87,8 +87,8 @@ def main() -> None:
                         help="snapshots in a phase-change window (default: a tenth of the run)")
     parser.add_argument("--threads", type=int, default=None, help="per run (several instances can share a machine)")
     parser.add_argument("--depth", type=int, default=None,
-                        help="train `--depth N` (the scaling rule's model and recipe, docs/scaling.md) instead of "
-                             "`tiny` with two blocks")
+                        help="two blocks of `--depth N`'s model (the scaling rule's width, heads, batch and rates: "
+                             "docs/scaling.md) instead of `tiny`'s")
     args = parser.parse_args()
     args.window = args.window or max(2, round(args.steps / 10 / args.every))
     data = args.out / "data"
@@ -98,8 +98,8 @@ def main() -> None:
     for seed in args.seeds:
         run = args.out / f"seed{seed}"
         if not (run / "checkpoints").is_dir():
-            shape = ["--depth", str(args.depth)] if args.depth else ["--set", "n_blocks=2"]
-            tinylm("train", "--data", str(data), "--out", str(run), *shape, "--seed", str(seed),
+            shape = ["--depth", str(args.depth)] if args.depth else []
+            tinylm("train", "--data", str(data), "--out", str(run), *shape, "--set", "n_blocks=2", "--seed", str(seed),
                    "--max-steps", str(args.steps), "--snapshot-every", str(args.every), "--no-progress",
                    *(["--threads", str(args.threads)] if args.threads else []))
         curve = json.loads(tinylm("inspect", "induction", "--checkpoint", str(run), "--json"))
