@@ -44,6 +44,11 @@ def scores(run: Path, tasks: str, examples: int) -> dict[str, float]:
     return flat
 
 
+def rates(lr: float, muon_lr: float) -> list[str]:
+    """`tinylm train`'s rate flags for the rates given; 0 leaves a rate at the run's own default."""
+    return [*(["--lr", str(lr)] if lr else []), *(["--muon-lr", str(muon_lr)] if muon_lr else [])]
+
+
 def summary(flat: dict[str, float], original: int, length: int) -> dict[str, float]:
     """Passkey at `length` by depth, and bits per byte below the trained context and past it."""
     out = {key.split(" ", 1)[1]: value for key, value in flat.items() if key.startswith(f"passkey:{length} ")}
@@ -90,16 +95,14 @@ def main() -> None:
         tinylm("prepare", "--corpus", f"{corpus}+passkey:{args.extend_passkey}:1024{':far' if args.far else ''}",
                "--tokenizer", str(data / "tokenizer.json"), "--out", str(extend_data), "--no-progress")
     extend_rows += [*(["--set", f"rope_theta={args.rope_theta:g}"] if args.rope_theta else []),
-                    *(["--lr", str(args.extend_lr)] if args.extend_lr else []),
-                    *(["--muon-lr", str(args.extend_muon_lr)] if args.extend_muon_lr else [])]
+                    *rates(args.extend_lr, args.extend_muon_lr)]
     results = args.out / "results.jsonl"  # one line per scored run: several instances may share a folder
     for seed in args.seeds:
         base = args.out / f"base-s{seed}"
         if not (base / "checkpoints").is_dir():
             tinylm("train", "--data", str(data), "--out", str(base), "--seed", str(seed), "--max-steps",
                    str(args.base_steps), "--batch-size", str(args.base_batch), "--no-progress",
-                   *(["--lr", str(args.base_lr)] if args.base_lr else []),
-                   *(["--muon-lr", str(args.base_muon_lr)] if args.base_muon_lr else []))
+                   *rates(args.base_lr, args.base_muon_lr))
         if not scored(results, "unextended", seed):
             flat = scores(base, "passkey:256,passkey:1024,bpb_positions:1024", args.examples)
             record(results, "unextended", seed, {"passkey at 256": flat["passkey:256 passkey"],
