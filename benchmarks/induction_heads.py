@@ -1,6 +1,7 @@
 """Induction heads forming in a two-block `tiny` model on the demo corpus, over seeds: is there a phase change?
 
-    python benchmarks/induction_heads.py --out /tmp/induction [--seeds 1 2 3] [--steps 3000] [--every 50]
+    python benchmarks/induction_heads.py --out /tmp/induction [--seeds 1 2 3] [--steps 3000] [--every 50] \
+        [any other `tinylm train` option, e.g. --schedule wsd]
 
 For each seed: `tinylm train` on the embedded corpus (the demo's data) with `--set n_blocks=2` and
 `--snapshot-every`, then `tinylm inspect induction --json` on the run. The head that ends with the highest
@@ -52,6 +53,25 @@ def phase_change(steps: list[int], head: list[float], icl: list[float], window: 
             and fall >= total_fall / 3}
 
 
+def rise_span(steps: list[int], head: list[float], icl: list[float]) -> dict[str, float | int]:
+    """The same rise read as Olsson et al. read theirs, on a log-scale step axis (their small models' phase
+    change runs from about 2.5 to 5 billion tokens, a factor of 2): the snapshots where the head first
+    passes a tenth and nine tenths of its rise from its lowest point to its highest, how many times more
+    steps the second is than the first, and the share of ICL's fall after the first tenth of training
+    (before it, every position's loss is still falling from chance, and the ICL score with it) that lands
+    between the two."""
+    peak = max(range(len(head)), key=head.__getitem__)
+    trough = min(range(peak + 1), key=head.__getitem__)  # heads first learn to look elsewhere, then rise
+    low, top = head[trough], head[peak]
+    first = [next(i for i in range(trough, peak + 1) if head[i] >= low + share * (top - low)) for share in (0.1, 0.9)]
+    settled = next(i for i, s in enumerate(steps) if s >= steps[-1] / 10)
+    start, end = max(first[0], settled), max(first[1], settled)
+    fall = icl[settled] - min(icl[settled:])
+    return {"tenth_step": steps[first[0]], "nine_tenths_step": steps[first[1]],
+            "steps_ratio": steps[first[1]] / steps[first[0]],
+            "icl_fall_share_in_span": (icl[start] - icl[end]) / fall if fall > 0 else 0.0}
+
+
 def draw(curves: dict[int, dict], out: Path) -> None:
     import matplotlib
 
@@ -89,7 +109,7 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=None,
                         help="two blocks of `--depth N`'s model (the scaling rule's width, heads, batch and rates: "
                              "docs/scaling.md) instead of `tiny`'s")
-    args = parser.parse_args()
+    args, train_args = parser.parse_known_args()
     args.window = args.window or max(2, round(args.steps / 10 / args.every))
     data = args.out / "data"
     if not (data / "train.bin").is_file():
@@ -101,15 +121,18 @@ def main() -> None:
             shape = ["--depth", str(args.depth)] if args.depth else []
             tinylm("train", "--data", str(data), "--out", str(run), *shape, "--set", "n_blocks=2", "--seed", str(seed),
                    "--max-steps", str(args.steps), "--snapshot-every", str(args.every), "--no-progress",
-                   *(["--threads", str(args.threads)] if args.threads else []))
+                   *(["--threads", str(args.threads)] if args.threads else []), *train_args)
         curve = json.loads(tinylm("inspect", "induction", "--checkpoint", str(run), "--json"))
         layer, head = curve["best_head"]
-        curve["phase_change"] = phase_change(curve["steps"], [c[layer][head] for c in curve["induction"]],
-                                             curve["icl"], args.window, FLOOR * chance(SEQUENCE))
+        scores = [c[layer][head] for c in curve["induction"]]
+        curve["phase_change"] = phase_change(curve["steps"], scores, curve["icl"], args.window,
+                                             FLOOR * chance(SEQUENCE))
+        curve["phase_change"]["span"] = rise_span(curve["steps"], scores, curve["icl"])
         curves[seed] = curve
         print(json.dumps({"seed": seed, "best_head": curve["best_head"], **curve["phase_change"]}), file=sys.stderr)
     draw(curves, args.out)
-    print(json.dumps({"depth": args.depth, "steps": args.steps, "every": args.every, "window": args.window,
+    print(json.dumps({"depth": args.depth, "train_args": train_args, "steps": args.steps, "every": args.every,
+                      "window": args.window,
                       "induction_floor": FLOOR * chance(SEQUENCE),
                       "appears_in": sum(c["phase_change"]["appears"] for c in curves.values()),
                       "seeds": {s: {"best_head": c["best_head"], **c["phase_change"]} for s, c in curves.items()},
