@@ -109,6 +109,8 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=None,
                         help="two blocks of `--depth N`'s model (the scaling rule's width, heads, batch and rates: "
                              "docs/scaling.md) instead of `tiny`'s")
+    parser.add_argument("--windows", type=int, default=64,
+                        help="dev windows each ICL score reads (`tinylm inspect induction --windows`)")
     args, train_args = parser.parse_known_args()
     args.window = args.window or max(2, round(args.steps / 10 / args.every))
     data = args.out / "data"
@@ -122,7 +124,8 @@ def main() -> None:
             tinylm("train", "--data", str(data), "--out", str(run), *shape, "--set", "n_blocks=2", "--seed", str(seed),
                    "--max-steps", str(args.steps), "--snapshot-every", str(args.every), "--no-progress",
                    *(["--threads", str(args.threads)] if args.threads else []), *train_args)
-        curve = json.loads(tinylm("inspect", "induction", "--checkpoint", str(run), "--json"))
+        curve = json.loads(tinylm("inspect", "induction", "--checkpoint", str(run), "--windows", str(args.windows),
+                                  "--json"))
         layer, head = curve["best_head"]
         scores = [c[layer][head] for c in curve["induction"]]
         curve["phase_change"] = phase_change(curve["steps"], scores, curve["icl"], args.window,
@@ -131,8 +134,8 @@ def main() -> None:
         curves[seed] = curve
         print(json.dumps({"seed": seed, "best_head": curve["best_head"], **curve["phase_change"]}), file=sys.stderr)
     draw(curves, args.out)
-    print(json.dumps({"depth": args.depth, "train_args": train_args, "steps": args.steps, "every": args.every,
-                      "window": args.window,
+    print(json.dumps({"depth": args.depth, "train_args": train_args, "windows": args.windows, "steps": args.steps,
+                      "every": args.every, "window": args.window,
                       "induction_floor": FLOOR * chance(SEQUENCE),
                       "appears_in": sum(c["phase_change"]["appears"] for c in curves.values()),
                       "seeds": {s: {"best_head": c["best_head"], **c["phase_change"]} for s, c in curves.items()},

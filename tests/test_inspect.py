@@ -201,6 +201,9 @@ def test_snapshots_are_weights_only_and_the_induction_view_reads_them(trained: P
     assert len(curve["induction"][0]) == 2 and len(curve["induction"][0][0]) == MICRO["n_head"]
     assert all(isinstance(v, float) for v in curve["icl"])
     assert curve == induction_curve(trained)  # deterministic: the random sequences come from a seed
+    fewer = inspect_json(capsys, "induction", "--checkpoint", str(trained), "--windows", "8")
+    assert curve["windows"] == 64 and fewer["windows"] == 8 and fewer["induction"] == curve["induction"]
+    assert fewer == induction_curve(trained, windows=8) and fewer["icl"] != curve["icl"]
     assert "ICL score" in (main(["inspect", "induction", "--checkpoint", str(trained)]) == 0 and
                            capsys.readouterr().out)
 
@@ -259,6 +262,9 @@ def test_bad_input_is_one_line(trained: Path, tmp_path: Path, capsys: pytest.Cap
     assert "needs --corrupt" in refused(capsys, "patch", "--checkpoint", run, "--clean", "x")
     assert "at least 1" in refused(capsys, "lens", "--checkpoint", run, "--prompt", "x", "--top", "0")
     assert "at most 1000" in refused(capsys, "neurons", "--checkpoint", run, "--neuron", "0", "--top", str(10**12))
+    assert "at least 8" in refused(capsys, "induction", "--checkpoint", run, "--windows", "0")
+    assert "is for inspect neurons / induction" in refused(capsys, "lens", "--checkpoint", run, "--prompt", "x",
+                                                           "--windows", "16")
     assert "out of range" in refused(capsys, "attention", "--checkpoint", run, "--prompt", "x", "--head", "2")
     (tmp_path / "short.json").write_text("[1, 2]")
     (tmp_path / "text.json").write_text('{"a": 1}')

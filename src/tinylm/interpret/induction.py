@@ -54,8 +54,11 @@ def repeated_sequence_score(attention: torch.Tensor, n: int) -> torch.Tensor:
     return attention[..., queries, queries - n + 1].mean(dim=(1, 3))
 
 
+ICL_WINDOWS = 64  # dev windows read by default: 16K tokens at context 256, quick enough for the studio
+
+
 @torch.no_grad()
-def icl_score(inspected: Inspected, data_dir: str | Path | None = None, windows: int = 64) -> float:
+def icl_score(inspected: Inspected, data_dir: str | Path | None = None, windows: int = ICL_WINDOWS) -> float:
     """Mean loss over the second half of each context-long dev window minus that over positions T/32 to T/16
     (Olsson et al. take token 500 minus token 50 of longer windows: late against early, early not the very
     first tokens, which no model predicts well)."""
@@ -85,14 +88,17 @@ def _step(path: Path) -> int:
     return int(path.name.removeprefix("step_"))
 
 
-def induction_curve(run: str | Path, data_dir: str | Path | None = None, seed: int = 0) -> dict[str, Any]:
-    """{"steps": [...], "induction": I[checkpoint][layer][head], "icl": [...], "best_head": (layer, head)}."""
+def induction_curve(run: str | Path, data_dir: str | Path | None = None, seed: int = 0,
+                    windows: int = ICL_WINDOWS) -> dict[str, Any]:
+    """{"steps": [...], "induction": I[checkpoint][layer][head], "icl": [...], "best_head": (layer, head),
+    "windows": the dev windows each ICL score read}."""
     steps, scores, icl = [], [], []
     for path in saved_models(run):
         inspected = load_for_inspection(path)
         steps.append(_step(path))
         scores.append(induction_scores(inspected, seed=seed).tolist())
-        icl.append(icl_score(inspected, data_dir))
+        icl.append(icl_score(inspected, data_dir, windows))
     final = torch.tensor(scores[-1])
     layer, head = divmod(int(final.argmax()), final.shape[1])
-    return {"run": str(run), "steps": steps, "induction": scores, "icl": icl, "best_head": [layer, head]}
+    return {"run": str(run), "steps": steps, "induction": scores, "icl": icl, "best_head": [layer, head],
+            "windows": windows}

@@ -29,7 +29,7 @@ from tinylm.cli.options import add_option
 from tinylm.errors import TinyLMError
 from tinylm.interpret.attention import attention_view
 from tinylm.interpret.attribution import logit_attribution
-from tinylm.interpret.induction import induction_curve
+from tinylm.interpret.induction import ICL_WINDOWS, induction_curve
 from tinylm.interpret.lens import logit_lens
 from tinylm.interpret.loading import load_for_inspection
 from tinylm.interpret.neurons import embedding_neighbours, top_activations
@@ -47,7 +47,7 @@ OPTION_VIEWS: dict[str, tuple[str, ...]] = {
     "chat": ("lens", "attention", "attribution", "patch"), "clean": ("patch",), "corrupt": ("patch",),
     "metric": ("patch",), "answer": ("patch",), "wrong": ("patch",),
     "neuron": ("neurons",), "direction": ("neurons",), "token": ("neurons",), "top": ("lens", "neurons"),
-    "data": ("neurons", "induction"),
+    "data": ("neurons", "induction"), "windows": ("neurons", "induction"),
 }
 MAX_TOP = 1000  # guesses, windows or tokens: more is a typo, and would print the whole dev split
 REQUIRED: dict[str, tuple[str, ...]] = {"lens": ("prompt",), "attention": ("prompt",), "attribution": ("prompt",),
@@ -82,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "neurons: how many windows or tokens (default 10)")
     parser.add_argument("--data", metavar="DIR", help="neurons, induction: a prepared folder (default: the run's "
                                                       "pretraining data)")
+    parser.add_argument("--windows", type=int, metavar="N", help="neurons, induction: how many context-long dev "
+                        "windows to read, from the start of the dev split (default 64; the ICL score of a "
+                        "checkpoint moves with the text read, so compare runs at the same N)")
 
 
 def check_view_options(args: argparse.Namespace) -> None:
@@ -96,12 +99,15 @@ def check_view_options(args: argparse.Namespace) -> None:
             raise TinyLMError(f"inspect {args.view} needs --{name}")
     if args.top is not None and not 1 <= args.top <= MAX_TOP:
         raise TinyLMError(f"--top must be at least 1 and at most {MAX_TOP}")
+    if args.windows is not None and args.windows < 8:
+        raise TinyLMError(f"--windows must be at least 8 (one batch of dev windows), not {args.windows}")
 
 
 def run(args: argparse.Namespace) -> int:
     check_view_options(args)
     if args.view == "induction":
-        return emit(induction_curve(args.checkpoint, args.data), args.json, show_induction)
+        return emit(induction_curve(args.checkpoint, args.data, windows=args.windows or ICL_WINDOWS), args.json,
+                    show_induction)
     inspected = load_for_inspection(args.checkpoint)
 
     def encode(text: str, what: str = "prompt") -> list[int]:
@@ -133,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
     if (args.neuron is None) == (args.direction is None):
         raise TinyLMError("inspect neurons: give one of --neuron I or --direction FILE (with --layer N), or --token")
     direction = read_direction(args.direction) if args.direction is not None else None
-    return emit(top_activations(inspected, args.layer or 0, args.neuron, args.data, top=top, direction=direction),
+    return emit(top_activations(inspected, args.layer or 0, args.neuron, args.data, windows=args.windows or ICL_WINDOWS,
+                                top=top, direction=direction),
                 args.json, show_neurons)
 
 
