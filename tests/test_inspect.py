@@ -263,6 +263,7 @@ def test_bad_input_is_one_line(trained: Path, tmp_path: Path, capsys: pytest.Cap
     assert "at least 1" in refused(capsys, "lens", "--checkpoint", run, "--prompt", "x", "--top", "0")
     assert "at most 1000" in refused(capsys, "neurons", "--checkpoint", run, "--neuron", "0", "--top", str(10**12))
     assert "at least 8" in refused(capsys, "induction", "--checkpoint", run, "--windows", "0")
+    assert "a multiple of 8" in refused(capsys, "neurons", "--checkpoint", run, "--neuron", "0", "--windows", "10")
     assert "is for inspect neurons / induction" in refused(capsys, "lens", "--checkpoint", run, "--prompt", "x",
                                                            "--windows", "16")
     assert "out of range" in refused(capsys, "attention", "--checkpoint", run, "--prompt", "x", "--head", "2")

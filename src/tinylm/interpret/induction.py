@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from tinylm.checkpoint.layout import SNAPSHOTS, list_checkpoints
 from tinylm.errors import TinyLMError
-from tinylm.interpret.loading import Inspected, dev_batches, load_for_inspection
+from tinylm.interpret.loading import DEV_WINDOWS, Inspected, dev_batches, load_for_inspection
 from tinylm.models.hooks.attention_pattern import record_attention
 
 
@@ -54,11 +54,8 @@ def repeated_sequence_score(attention: torch.Tensor, n: int) -> torch.Tensor:
     return attention[..., queries, queries - n + 1].mean(dim=(1, 3))
 
 
-ICL_WINDOWS = 64  # dev windows read by default: 16K tokens at context 256, quick enough for the studio
-
-
 @torch.no_grad()
-def icl_score(inspected: Inspected, data_dir: str | Path | None = None, windows: int = ICL_WINDOWS) -> float:
+def icl_score(inspected: Inspected, data_dir: str | Path | None = None, windows: int = DEV_WINDOWS) -> float:
     """Mean loss over the second half of each context-long dev window minus that over positions T/32 to T/16
     (Olsson et al. take token 500 minus token 50 of longer windows: late against early, early not the very
     first tokens, which no model predicts well)."""
@@ -89,7 +86,7 @@ def _step(path: Path) -> int:
 
 
 def induction_curve(run: str | Path, data_dir: str | Path | None = None, seed: int = 0,
-                    windows: int = ICL_WINDOWS) -> dict[str, Any]:
+                    windows: int = DEV_WINDOWS) -> dict[str, Any]:
     """{"steps": [...], "induction": I[checkpoint][layer][head], "icl": [...], "best_head": (layer, head),
     "windows": the dev windows each ICL score read}."""
     steps, scores, icl = [], [], []

@@ -76,13 +76,17 @@ def load_for_inspection(path: str | Path) -> Inspected:
     return Inspected(model, tokenizer, meta)
 
 
+DEV_WINDOWS = 64  # dev windows the neurons and induction views read by default: 16K tokens at context 256
+DEV_BATCH = 8  # windows a forward pass
+
+
 def dev_batches(inspected: Inspected, data_dir: str | Path | None, windows: int,
                 what: str) -> tuple[Path, Iterator[Batch]]:
-    """(the data folder, its first `windows` context-long dev windows, 8 a batch): a prepared dev split (default:
-    the checkpoint's pretraining data), checked to be in the checkpoint's tokenizer."""
+    """(the data folder, its first `windows` context-long dev windows, DEV_BATCH a batch): a prepared dev split
+    (default: the checkpoint's pretraining data), checked to be in the checkpoint's tokenizer."""
     data = checked_dev_data(data_dir or pretraining_data(inspected.meta), inspected.tokenizer, what)
-    return data, iter_sequential(data, batch_size=8, seq_len=inspected.model.config.context_length,
-                                 max_batches=max(1, windows // 8))
+    return data, iter_sequential(data, batch_size=DEV_BATCH, seq_len=inspected.model.config.context_length,
+                                 max_batches=max(1, windows // DEV_BATCH))
 
 
 def as_batch(ids: list[int]) -> torch.Tensor:

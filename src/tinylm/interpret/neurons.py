@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from tinylm.errors import TinyLMError
-from tinylm.interpret.loading import Inspected, dev_batches
+from tinylm.interpret.loading import DEV_WINDOWS, Inspected, dev_batches
 from tinylm.models.hooks.neurons import record_neurons
 from tinylm.models.hooks.sites import layer_sites
 
@@ -35,7 +35,7 @@ def neuron_count(inspected: Inspected, layer: int) -> int:
 
 @torch.no_grad()
 def top_activations(inspected: Inspected, layer: int, neuron: int | None, data_dir: str | Path | None = None,
-                    windows: int = 64, top: int = 10, direction: list[float] | None = None) -> dict[str, Any]:
+                    windows: int = DEV_WINDOWS, top: int = 10, direction: list[float] | None = None) -> dict[str, Any]:
     """{"layer", "neuron", "data", "examples": [{"activation", "tokens", "ids", "activations", "at"}]}: the
     `top` strongest activations of the neuron (or of the projection on `direction`, one weight per neuron)
     over the first `windows` context-long dev windows."""

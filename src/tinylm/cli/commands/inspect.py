@@ -29,9 +29,9 @@ from tinylm.cli.options import add_option
 from tinylm.errors import TinyLMError
 from tinylm.interpret.attention import attention_view
 from tinylm.interpret.attribution import logit_attribution
-from tinylm.interpret.induction import ICL_WINDOWS, induction_curve
+from tinylm.interpret.induction import induction_curve
 from tinylm.interpret.lens import logit_lens
-from tinylm.interpret.loading import load_for_inspection
+from tinylm.interpret.loading import DEV_BATCH, DEV_WINDOWS, load_for_inspection
 from tinylm.interpret.neurons import embedding_neighbours, top_activations
 from tinylm.interpret.patching import METRICS, activation_patching
 from tinylm.options import CHECKPOINT, JSON
@@ -83,8 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", metavar="DIR", help="neurons, induction: a prepared folder (default: the run's "
                                                       "pretraining data)")
     parser.add_argument("--windows", type=int, metavar="N", help="neurons, induction: how many context-long dev "
-                        "windows to read, from the start of the dev split (default 64; the ICL score of a "
-                        "checkpoint moves with the text read, so compare runs at the same N)")
+                        "windows to read, from the start of the dev split (a multiple of 8, default 64; the ICL "
+                        "score of a checkpoint moves with the text read, so compare runs at the same N)")
 
 
 def check_view_options(args: argparse.Namespace) -> None:
@@ -99,14 +99,15 @@ def check_view_options(args: argparse.Namespace) -> None:
             raise TinyLMError(f"inspect {args.view} needs --{name}")
     if args.top is not None and not 1 <= args.top <= MAX_TOP:
         raise TinyLMError(f"--top must be at least 1 and at most {MAX_TOP}")
-    if args.windows is not None and args.windows < 8:
-        raise TinyLMError(f"--windows must be at least 8 (one batch of dev windows), not {args.windows}")
+    if args.windows is not None and (args.windows < DEV_BATCH or args.windows % DEV_BATCH):
+        raise TinyLMError(f"--windows must be a multiple of {DEV_BATCH} (dev windows are read {DEV_BATCH} at a "
+                          f"time), at least {DEV_BATCH}, not {args.windows}")
 
 
 def run(args: argparse.Namespace) -> int:
     check_view_options(args)
     if args.view == "induction":
-        return emit(induction_curve(args.checkpoint, args.data, windows=args.windows or ICL_WINDOWS), args.json,
+        return emit(induction_curve(args.checkpoint, args.data, windows=args.windows or DEV_WINDOWS), args.json,
                     show_induction)
     inspected = load_for_inspection(args.checkpoint)
 
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     if (args.neuron is None) == (args.direction is None):
         raise TinyLMError("inspect neurons: give one of --neuron I or --direction FILE (with --layer N), or --token")
     direction = read_direction(args.direction) if args.direction is not None else None
-    return emit(top_activations(inspected, args.layer or 0, args.neuron, args.data, windows=args.windows or ICL_WINDOWS,
+    return emit(top_activations(inspected, args.layer or 0, args.neuron, args.data, windows=args.windows or DEV_WINDOWS,
                                 top=top, direction=direction),
                 args.json, show_neurons)
 
